@@ -1,0 +1,279 @@
+/* strata's collective-communication library.
+ *
+ * A communicator (strata_comm_t) is a group of ranks that run collectives together. The world
+ * communicator is created from an explicit config or from a launcher's environment and bootstraps
+ * through a TCP key-value store; sub-communicators come from strata_comm_split(). Peers on the same
+ * host talk through shared memory, other peers through TCP; connections are made lazily, only to the
+ * peers an algorithm actually talks to, so start-up cost per rank does not grow with the job.
+ *
+ * Conventions
+ * - Counts are in elements of `dtype`, byte sizes end in `_bytes`.
+ * - In-place follows NCCL: allreduce/reduce/bcast with sendbuf == recvbuf; allgather with
+ *   sendbuf == recvbuf + rank * count * size; reduce_scatter with recvbuf == sendbuf + rank * count *
+ *   size.
+ * - Blocking calls are the non-blocking call followed by strata_request_wait().
+ * - Non-blocking calls borrow their buffers until the request completes.
+ * - Every blocking call and wait gives up after the communicator's timeout (STRATA_COMM_TIMEOUT_MS)
+ *   with STRATA_ERR_TIMEOUT naming the peer that was awaited.
+ * - When a peer dies or closes its connection, every pending and later call on every communicator of
+ *   the process fails with STRATA_ERR_PEER_FAILED and a message naming that peer; the job must then be
+ *   torn down (destroy or abort).
+ * - Thread-safety: a communicator is used by one thread at a time. Different communicators created
+ *   by strata_comm_create() may be used from different threads; a communicator and its splits share
+ *   state and must be used from one thread.
+ */
+#ifndef STRATA_COMM_H
+#define STRATA_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct strata_comm strata_comm_t;
+typedef struct strata_request strata_request_t;
+
+typedef enum strata_dtype {
+    STRATA_DTYPE_F32 = 0,
+    STRATA_DTYPE_F64,
+    STRATA_DTYPE_F16,  /* IEEE half; reductions accumulate in float32 */
+    STRATA_DTYPE_BF16, /* bfloat16; reductions accumulate in float32 */
+    STRATA_DTYPE_I32,
+    STRATA_DTYPE_I64,
+    STRATA_DTYPE_U8,
+    STRATA_DTYPE_COUNT
+} strata_dtype_t;
+
+typedef enum strata_op {
+    STRATA_OP_SUM = 0,
+    STRATA_OP_PROD,
+    STRATA_OP_MIN,
+    STRATA_OP_MAX,
+    STRATA_OP_AVG, /* sum divided by the number of ranks (integer division for integer types) */
+    STRATA_OP_COUNT
+} strata_op_t;
+
+/* Size in bytes of one element, or 0 for an invalid dtype. */
+STRATA_API size_t strata_dtype_size(strata_dtype_t dtype);
+/* "f32", "bf16", ...; NULL for an invalid dtype. */
+STRATA_API const char *strata_dtype_name(strata_dtype_t dtype);
+/* Parses a dtype name ("float32" and "f32" both work). */
+STRATA_API strata_status_t strata_dtype_parse(const char *name, strata_dtype_t *out);
+/* "sum", "prod", ...; NULL for an invalid op. */
+STRATA_API const char *strata_op_name(strata_op_t op);
+STRATA_API strata_status_t strata_op_parse(const char *name, strata_op_t *out);
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
+typedef struct strata_comm_config {
+    int rank;               /* this process's rank, 0 <= rank < nranks */
+    int nranks;             /* number of ranks in the job */
+    const char *store_addr; /* "host:port" of the bootstrap store */
+    bool host_store;        /* rank 0 serves the store on store_addr (port 0 is not allowed) */
+    const char *secret;     /* job secret presented to the store and to peers; NULL = "" */
+    const char *job_id;     /* names shared-memory segments; NULL = derived from store_addr */
+    long long timeout_ms;   /* timeout for every blocking call; < 0 = never */
+    bool force_tcp;         /* use TCP even between ranks of one host */
+} strata_comm_config_t;
+
+/* A config filled from the knobs (STRATA_COMM_TIMEOUT_MS, STRATA_COMM_TRANSPORT, STRATA_SECRET,
+ * STRATA_JOB_ID, STRATA_STORE_ADDR); rank and nranks are -1 and must be set. */
+STRATA_API strata_comm_config_t strata_comm_config_default(void);
+
+/* Fills `cfg` from the environment of a launcher: strata launch / torchrun (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LAUNCH_NODE_IPADDR), Open MPI
+ * (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE) or MPICH/PMI (PMI_RANK, PMI_SIZE). The store address
+ * comes from STRATA_STORE_ADDR, else MASTER_ADDR:MASTER_PORT. Rank 0 hosts the store unless
+ * STRATA_STORE_EXTERNAL=1 (a standalone `strata store` serves it). The string fields point into the
+ * environment or static storage. Errors name the variable that is missing or malformed. */
+STRATA_API strata_status_t strata_comm_config_from_env(strata_comm_config_t *cfg);
+
+/* Creates the world communicator; collective over all nranks processes. On failure *out is NULL and
+ * nothing leaks. Release with strata_comm_destroy(). */
+STRATA_API strata_status_t strata_comm_create(const strata_comm_config_t *cfg,
+                                              strata_comm_t **out);
+
+/* strata_comm_config_from_env() then strata_comm_create(). */
+STRATA_API strata_status_t strata_comm_create_from_env(strata_comm_t **out);
+
+/* Splits `comm` into disjoint communicators, one per color, ranked by (key, old rank). Collective
+ * over `comm`. A rank passing color < 0 takes part but gets *out = NULL. The child shares the
+ * parent's connections; destroy children before the parent's world communicator. */
+STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key,
+                                             strata_comm_t **out);
+
+/* Releases a communicator. Pending requests must have completed. Destroying the world communicator
+ * says goodbye to the store so peers do not mistake the exit for a failure. NULL is a no-op. */
+STRATA_API void strata_comm_destroy(strata_comm_t *comm);
+
+/* Aborts the whole job's communication: pending and later calls on every communicator of this
+ * process fail with STRATA_ERR_ABORTED, and the store tells every other rank, whose calls fail with
+ * STRATA_ERR_PEER_FAILED naming this rank and `reason`. The communicator must still be destroyed. */
+STRATA_API void strata_comm_abort(strata_comm_t *comm, const char *reason);
+
+STRATA_API int strata_comm_rank(const strata_comm_t *comm);
+STRATA_API int strata_comm_size(const strata_comm_t *comm);
+
+/* The first failure seen by this process's communication layer, or STRATA_OK; its message is copied
+ * into the calling thread's error buffer (strata_last_error()). */
+STRATA_API strata_status_t strata_comm_get_error(const strata_comm_t *comm);
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+/* Waits until the request completes or the communicator's timeout passes, then releases it (also on
+ * error). Returns the operation's status. NULL is STRATA_OK. */
+STRATA_API strata_status_t strata_request_wait(strata_request_t *req);
+
+/* Advances the request without blocking. Sets *done; when *done is true the request has been
+ * released and the returned status is the operation's. */
+STRATA_API strata_status_t strata_request_test(strata_request_t *req, bool *done);
+
+/* Waits for every request in `reqs` (NULL entries skipped), releasing them all; returns the first
+ * error, or STRATA_OK. */
+STRATA_API strata_status_t strata_request_wait_all(strata_request_t **reqs, int n);
+
+/* ---- collectives (blocking, then non-blocking) -------------------------------------------------- */
+
+STRATA_API strata_status_t strata_allreduce(strata_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t count, strata_dtype_t dtype,
+                                            strata_op_t op);
+STRATA_API strata_status_t strata_iallreduce(strata_comm_t *comm, const void *sendbuf,
+                                             void *recvbuf, size_t count, strata_dtype_t dtype,
+                                             strata_op_t op, strata_request_t **req);
+
+/* recvbuf is significant on root only. */
+STRATA_API strata_status_t strata_reduce(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, strata_dtype_t dtype, strata_op_t op,
+                                         int root);
+STRATA_API strata_status_t strata_ireduce(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, strata_dtype_t dtype, strata_op_t op,
+                                          int root, strata_request_t **req);
+
+/* Root's buf is sent; everyone else's buf is overwritten. */
+STRATA_API strata_status_t strata_bcast(strata_comm_t *comm, void *buf, size_t count,
+                                        strata_dtype_t dtype, int root);
+STRATA_API strata_status_t strata_ibcast(strata_comm_t *comm, void *buf, size_t count,
+                                         strata_dtype_t dtype, int root, strata_request_t **req);
+
+/* sendbuf holds nranks * recvcount elements; rank r receives the reduced block r. */
+STRATA_API strata_status_t strata_reduce_scatter(strata_comm_t *comm, const void *sendbuf,
+                                                 void *recvbuf, size_t recvcount,
+                                                 strata_dtype_t dtype, strata_op_t op);
+STRATA_API strata_status_t strata_ireduce_scatter(strata_comm_t *comm, const void *sendbuf,
+                                                  void *recvbuf, size_t recvcount,
+                                                  strata_dtype_t dtype, strata_op_t op,
+                                                  strata_request_t **req);
+/* Uneven blocks: rank r receives recvcounts[r] elements, blocks packed in rank order in sendbuf.
+ * In place when recvbuf == sendbuf + (sum of recvcounts[0..rank-1]) * size. */
+STRATA_API strata_status_t strata_reduce_scatterv(strata_comm_t *comm, const void *sendbuf,
+                                                  void *recvbuf, const size_t *recvcounts,
+                                                  strata_dtype_t dtype, strata_op_t op);
+STRATA_API strata_status_t strata_ireduce_scatterv(strata_comm_t *comm, const void *sendbuf,
+                                                   void *recvbuf, const size_t *recvcounts,
+                                                   strata_dtype_t dtype, strata_op_t op,
+                                                   strata_request_t **req);
+
+/* recvbuf holds nranks * sendcount elements, block r from rank r. */
+STRATA_API strata_status_t strata_allgather(strata_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t sendcount,
+                                            strata_dtype_t dtype);
+STRATA_API strata_status_t strata_iallgather(strata_comm_t *comm, const void *sendbuf,
+                                             void *recvbuf, size_t sendcount, strata_dtype_t dtype,
+                                             strata_request_t **req);
+/* Rank r contributes recvcounts[r] elements, placed at displs[r] (elements) in recvbuf;
+ * displs NULL = packed in rank order. */
+STRATA_API strata_status_t strata_allgatherv(strata_comm_t *comm, const void *sendbuf,
+                                             void *recvbuf, const size_t *recvcounts,
+                                             const size_t *displs, strata_dtype_t dtype);
+STRATA_API strata_status_t strata_iallgatherv(strata_comm_t *comm, const void *sendbuf,
+                                              void *recvbuf, const size_t *recvcounts,
+                                              const size_t *displs, strata_dtype_t dtype,
+                                              strata_request_t **req);
+
+/* Block j of sendbuf (count elements) goes to rank j; block i of recvbuf comes from rank i.
+ * In place when sendbuf == recvbuf. */
+STRATA_API strata_status_t strata_alltoall(strata_comm_t *comm, const void *sendbuf,
+                                           void *recvbuf, size_t count, strata_dtype_t dtype);
+STRATA_API strata_status_t strata_ialltoall(strata_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t count, strata_dtype_t dtype,
+                                            strata_request_t **req);
+/* Counts and displacements in elements, one per rank; displs NULL = packed. Not in place. */
+STRATA_API strata_status_t strata_alltoallv(strata_comm_t *comm, const void *sendbuf,
+                                            const size_t *sendcounts, const size_t *sdispls,
+                                            void *recvbuf, const size_t *recvcounts,
+                                            const size_t *rdispls, strata_dtype_t dtype);
+STRATA_API strata_status_t strata_ialltoallv(strata_comm_t *comm, const void *sendbuf,
+                                             const size_t *sendcounts, const size_t *sdispls,
+                                             void *recvbuf, const size_t *recvcounts,
+                                             const size_t *rdispls, strata_dtype_t dtype,
+                                             strata_request_t **req);
+
+/* Root's recvbuf gets nranks * count elements (block r from rank r). In place on root when
+ * sendbuf == recvbuf + root * count * size. */
+STRATA_API strata_status_t strata_gather(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, strata_dtype_t dtype, int root);
+STRATA_API strata_status_t strata_igather(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, strata_dtype_t dtype, int root,
+                                          strata_request_t **req);
+/* Root's sendbuf holds nranks * count elements; rank r receives block r. In place on root when
+ * recvbuf == sendbuf + root * count * size. */
+STRATA_API strata_status_t strata_scatter(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, strata_dtype_t dtype, int root);
+STRATA_API strata_status_t strata_iscatter(strata_comm_t *comm, const void *sendbuf,
+                                           void *recvbuf, size_t count, strata_dtype_t dtype,
+                                           int root, strata_request_t **req);
+
+STRATA_API strata_status_t strata_barrier(strata_comm_t *comm);
+STRATA_API strata_status_t strata_ibarrier(strata_comm_t *comm, strata_request_t **req);
+
+/* ---- point to point ---------------------------------------------------------------------------- */
+
+/* Messages between a pair with the same tag arrive in the order sent. 0 <= tag < 2^31. A receive
+ * must be at least as large as the matching send. */
+STRATA_API strata_status_t strata_send(strata_comm_t *comm, const void *buf, size_t count,
+                                       strata_dtype_t dtype, int peer, int tag);
+STRATA_API strata_status_t strata_isend(strata_comm_t *comm, const void *buf, size_t count,
+                                        strata_dtype_t dtype, int peer, int tag,
+                                        strata_request_t **req);
+STRATA_API strata_status_t strata_recv(strata_comm_t *comm, void *buf, size_t count,
+                                       strata_dtype_t dtype, int peer, int tag);
+STRATA_API strata_status_t strata_irecv(strata_comm_t *comm, void *buf, size_t count,
+                                        strata_dtype_t dtype, int peer, int tag,
+                                        strata_request_t **req);
+
+/* ---- algorithms -------------------------------------------------------------------------------- */
+
+typedef enum strata_coll {
+    STRATA_COLL_ALLREDUCE = 0,
+    STRATA_COLL_REDUCE,
+    STRATA_COLL_BCAST,
+    STRATA_COLL_REDUCE_SCATTER,
+    STRATA_COLL_ALLGATHER,
+    STRATA_COLL_ALLTOALL,
+    STRATA_COLL_GATHER,
+    STRATA_COLL_SCATTER,
+    STRATA_COLL_BARRIER,
+    STRATA_COLL_COUNT
+} strata_coll_t;
+
+STRATA_API const char *strata_coll_name(strata_coll_t coll);
+STRATA_API strata_status_t strata_coll_parse(const char *name, strata_coll_t *out);
+
+/* The algorithm registry, for `strata algos` and tools: name and description of the i-th algorithm
+ * of a collective; returns false past the end. */
+STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
+
+/* Name of the algorithm the communicator would pick for `bytes` of this collective (cost model
+ * plus the STRATA_COMM_ALGO override). Static storage. */
+STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
+                                            size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* The one table of STRATA_* knobs: name, default, one-line doc. Readers look values up here so an
+ * undeclared knob cannot creep in unnoticed; `strata env` prints the table. Launcher variables that
+ * strata merely understands (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...) are documented in
+ * src/comm/bootstrap/launch_env.c, not here. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+static const strata_knob_t knobs[] = {
+    {"STRATA_LOG", "warn", "log level: error, warn, info, debug, trace"},
+    {"STRATA_LOG_SUBSYS", "all", "comma list of subsystems to log: base,comm,store,net,topo,plan,train,tool"},
+    {"STRATA_LOG_FILE", "", "write logs to this file instead of stderr; %h = host, %p = pid"},
+    {"STRATA_COMM_TIMEOUT_MS", "300000", "timeout of every blocking call and wait, in ms"},
+    {"STRATA_COMM_ALGO", "", "force algorithms, e.g. allreduce:ring,bcast:binomial (see `strata algos`)"},
+    {"STRATA_COMM_TRANSPORT", "auto", "auto (shm on one host, tcp between hosts) or tcp (tcp everywhere)"},
+    {"STRATA_COMM_SPIN_US", "50", "how long a waiting rank polls before it sleeps, in microseconds"},
+    {"STRATA_SHM_SLOT_BYTES", "256K", "payload bytes per shared-memory ring slot"},
+    {"STRATA_SHM_SLOTS", "8", "slots per directed shared-memory ring"},
+    {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
+    {"STRATA_TCP_BUF_BYTES", "4M", "socket send/receive buffer size"},
+    {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},
+    {"STRATA_SECRET", "", "job secret a store client must present (strata launch sets one)"},
+    {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
+    {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
+};
+
+int strata_knob_count(void)
+{
+    return (int)(sizeof knobs / sizeof knobs[0]);
+}
+
+const strata_knob_t *strata_knob_at(int i)
+{
+    if (i < 0 || i >= strata_knob_count())
+        return NULL;
+    return &knobs[i];
+}
+
+static const strata_knob_t *find(const char *name)
+{
+    for (int i = 0; i < strata_knob_count(); i++)
+        if (strcmp(knobs[i].name, name) == 0)
+            return &knobs[i];
+    return NULL;
+}
+
+const char *strata_knob_value(const char *name)
+{
+    const strata_knob_t *k = find(name);
+    if (!k)
+        return NULL;
+    const char *v = getenv(name);
+    return (v && *v) ? v : k->dflt;
+}
+
+const char *st_knob_str(const char *name)
+{
+    const char *v = strata_knob_value(name);
+    return v ? v : "";
+}
+
+bool st_parse_size(const char *text, long long *out)
+{
+    if (!text || !*text)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || v < 0)
+        return false;
+    long long mul = 1;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': mul = 1LL << 10; end++; break;
+    case 'm': case 'M': mul = 1LL << 20; end++; break;
+    case 'g': case 'G': mul = 1LL << 30; end++; break;
+    default: return false;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || v > (1LL << 62) / mul)
+        return false;
+    *out = v * mul;
+    return true;
+}
+
+long long st_knob_int(const char *name, long long fallback)
+{
+    const strata_knob_t *k = find(name);
+    if (!k)
+        return fallback;
+    const char *v = strata_knob_value(name);
+    long long out;
+    if (st_parse_size(v, &out))
+        return out;
+    if (st_parse_size(k->dflt, &out)) {
+        ST_LOG_WARN(ST_SUB_BASE, "%s=%s is not a number; using the default %s", name, v, k->dflt);
+        return out;
+    }
+    return fallback;
+}

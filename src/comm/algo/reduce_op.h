@@ -1,0 +1,25 @@
+/* Element-wise reduction kernels for every (dtype, op) pair, and the 16-bit float conversions.
+ * Algorithms and transports call these through st_reduce(); they never loop over dtypes themselves.
+ * float16 and bfloat16 are widened to float32, combined, and rounded back to nearest-even. */
+#ifndef ST_REDUCE_OP_H
+#define ST_REDUCE_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/comm.h"
+
+/* dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not partially). AVG combines
+ * as SUM; the division is st_reduce_finish_avg()'s job. */
+void st_reduce(strata_dtype_t dtype, strata_op_t op, void *dst, const void *a, const void *b,
+               size_t count);
+
+/* Divides every element by n (integer division for integer types), finishing an AVG. */
+void st_reduce_finish_avg(strata_dtype_t dtype, void *buf, size_t count, int n);
+
+float st_f16_to_f32(uint16_t h);
+uint16_t st_f32_to_f16(float f);
+float st_bf16_to_f32(uint16_t b);
+uint16_t st_f32_to_bf16(float f);
+
+#endif

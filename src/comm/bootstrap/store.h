@@ -1,0 +1,92 @@
+/* The bootstrap key-value store: a TCP server and its client.
+ *
+ * Ranks rendezvous through it (each publishes its address; peers look it up lazily) and it doubles as
+ * the job's failure detector: every rank keeps one connection to it, and when a ranked client's
+ * connection drops without a goodbye, or a client calls st_store_abort(), the server pushes a notice
+ * to every connected client naming the failed rank. Clients see the notice through
+ * st_store_check_notice(), which they call while they wait.
+ *
+ * Protocol (little endian): every frame is u32 length, u8 type, body. A client's first frame must be
+ * HELLO carrying the protocol magic, the job secret and its rank/host/pid; anything else, a wrong
+ * secret, an oversized frame or silence past the hello timeout closes that connection without
+ * disturbing the others.
+ *
+ * The server is a single-threaded poll loop, so it can run in a thread of rank 0, in `strata store`,
+ * or be driven step by step by a test parent that must not have threads when it forks.
+ */
+#ifndef ST_STORE_H
+#define ST_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+typedef struct st_store_server st_store_server_t;
+typedef struct st_store st_store_t;
+
+/* ---- server ------------------------------------------------------------------------------------ */
+
+/* Listens on `addr` ("host:port"; port 0 picks a free port; host "" or "0.0.0.0" = all). `secret`
+ * may be "" (then any client with the right magic is accepted). Nothing runs until polled. */
+strata_status_t st_store_server_open(const char *addr, const char *secret,
+                                     st_store_server_t **out);
+
+/* The port actually bound. */
+int st_store_server_port(const st_store_server_t *srv);
+
+/* Serves for up to timeout_ms (0 = do what is ready, return). Returns STRATA_OK, or an error only
+ * for a failure of the listening socket itself; bad clients are dropped silently (logged). */
+strata_status_t st_store_server_poll(st_store_server_t *srv, int timeout_ms);
+
+/* Starts a thread that polls until st_store_server_close(). */
+strata_status_t st_store_server_start_thread(st_store_server_t *srv);
+
+/* Number of ranked clients connected and not yet said goodbye. */
+int st_store_server_live_ranks(const st_store_server_t *srv);
+
+/* Stops the thread (if any), first serving until every ranked client has said goodbye or
+ * disconnected, or `linger_ms` passed, so a rank-0 host does not pull the store from under peers
+ * that are still finishing. Frees everything. NULL is a no-op. */
+void st_store_server_close(st_store_server_t *srv, int linger_ms);
+
+/* ---- client ------------------------------------------------------------------------------------ */
+
+/* Connects (retrying until timeout_ms, as the server may start later), sends HELLO with the secret
+ * and identity (rank -1 for tools), and waits for the server's acceptance. A refused hello is
+ * STRATA_ERR_REMOTE with the server's reason. */
+strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
+                                 long long timeout_ms, st_store_t **out);
+
+strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len);
+
+/* Waits until `key` exists (or timeout_ms passes: STRATA_ERR_TIMEOUT naming the key), then returns
+ * a malloc'd copy of its value (caller frees) and its length. A failure notice that arrives while
+ * waiting ends the wait with STRATA_ERR_PEER_FAILED. */
+strata_status_t st_store_get(st_store_t *st, const char *key, void **val, size_t *len,
+                             long long timeout_ms);
+
+/* Atomically adds `delta` to the integer stored at `key` (missing = 0); returns the new value. */
+strata_status_t st_store_add(st_store_t *st, const char *key, int64_t delta, int64_t *result);
+
+/* Waits until all keys exist. */
+strata_status_t st_store_wait(st_store_t *st, const char *const *keys, int nkeys,
+                              long long timeout_ms);
+
+/* Tells the server to push a failure notice naming this client and `reason` to everyone. */
+strata_status_t st_store_abort(st_store_t *st, const char *reason);
+
+/* The client's socket, for callers that poll it while sleeping (readable = a notice may be there). */
+int st_store_fd(const st_store_t *st);
+
+/* Reads any pending notices without blocking. Returns STRATA_OK if none arrived so far, else
+ * STRATA_ERR_PEER_FAILED (sticky) with the notice text ("rank 3 (host h pid 42) failed: ...");
+ * *failed_rank (may be NULL) gets the rank named. Loss of the store itself is also
+ * STRATA_ERR_PEER_FAILED naming the store. */
+strata_status_t st_store_check_notice(st_store_t *st, int *failed_rank);
+
+/* Closes the connection; with `goodbye` the server is told this was a clean exit. NULL is a no-op. */
+void st_store_close(st_store_t *st, bool goodbye);
+
+#endif

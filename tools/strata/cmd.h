@@ -1,0 +1,21 @@
+/* The strata command's subcommands. Each is thin: parse arguments, call the library, print.
+ * Exit codes: 0 ok, 1 error ("strata: error: <msg>"), 2 usage. */
+#ifndef STRATA_TOOL_CMD_H
+#define STRATA_TOOL_CMD_H
+
+typedef struct strata_cmd {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+} strata_cmd_t;
+
+int cmd_env(int argc, char **argv);
+int cmd_algos(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_store(int argc, char **argv);
+
+/* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
+int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,59 @@
+/* The strata command: dispatches to subcommands listed in one table. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "strata/strata.h"
+#include "strata/cmd.h"
+
+static const strata_cmd_t commands[] = {
+    {"launch", "start N local ranks of a program with a launcher environment", cmd_launch},
+    {"bench", "measure a collective, nccl-tests style (run under strata launch)", cmd_bench},
+    {"store", "serve a standalone bootstrap store", cmd_store},
+    {"algos", "list the collective algorithms", cmd_algos},
+    {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
+};
+
+int cmd_fail(const char *hint, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("strata: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (hint)
+        fprintf(stderr, "hint: %s\n", hint);
+    return 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "strata %s: topology-aware distributed training\n\nusage: strata <command> [args]\n\n",
+            STRATA_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`strata <command> --help` describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("strata %s\n", STRATA_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "strata: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
