@@ -19,7 +19,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_SHM_SLOT_BYTES", "256K", "payload bytes per shared-memory ring slot"},
     {"STRATA_SHM_SLOTS", "8", "slots per directed shared-memory ring"},
     {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
-    {"STRATA_TCP_BUF_BYTES", "4M", "socket send/receive buffer size"},
+    {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},
     {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},
     {"STRATA_SECRET", "", "job secret a store client must present (strata launch sets one)"},
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},

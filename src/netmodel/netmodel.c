@@ -87,8 +87,8 @@ double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks, 
     case STRATA_COLL_ALLGATHER:
         switch (algo) {
         case STRATA_ALGO_RING: return (n - 1) * a + frac * bytes * b;
-        case STRATA_ALGO_RECURSIVE_DOUBLING:
-            return p2 == nranks ? lg * a + frac * bytes * b : -1;
+        case STRATA_ALGO_RECURSIVE_DOUBLING: // Bruck: any n, plus a local rotation of the result
+            return lg * a + frac * bytes * b + bytes * g;
         default: return -1;
         }
     case STRATA_COLL_ALLTOALL:

@@ -1,0 +1,71 @@
+/* Collective algorithms: each builds a schedule (sched.h) for one collective.
+ *
+ * Collectives reach the algorithms in one normalised form (st_coll_args_t): the uneven "v" shape,
+ * with per-rank block counts and displacements in elements, so allgather is allgatherv with equal
+ * blocks, reduce_scatter is reduce_scatterv, alltoall is alltoallv, and one implementation serves
+ * both. Algorithms are listed in registry.c with a name and a description; an algorithm may
+ * decline a call it cannot serve (supports() false, e.g. recursive doubling on uneven blocks) and
+ * select.c then takes the cheapest remaining one by the network cost model.
+ */
+#ifndef ST_ALGO_H
+#define ST_ALGO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm/algo/sched.h"
+#include "strata/netmodel.h"
+
+typedef struct st_coll_args {
+    strata_coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;           /* allreduce, reduce, bcast: elements per rank */
+    const size_t *counts;   /* per-rank block counts (elements): gather/scatter/allgather/
+                               reduce_scatter blocks, alltoall receive blocks */
+    const size_t *displs;   /* per-rank displacements (elements) matching counts */
+    const size_t *scounts;  /* alltoall send blocks */
+    const size_t *sdispls;
+    bool uniform;           /* every block has the same count and blocks are packed */
+    strata_dtype_t dtype;
+    strata_op_t op;
+    int root;
+    int rank, nranks;
+    size_t esize;
+} st_coll_args_t;
+
+typedef struct st_algo {
+    const char *name;
+    const char *desc;
+    strata_coll_t coll;
+    strata_algo_t model;  /* its cost in the network model */
+    bool (*supports)(const st_coll_args_t *a); /* NULL: serves every call */
+    strata_status_t (*build)(st_sched_t *s, const st_coll_args_t *a);
+} st_algo_t;
+
+/* The registry (registry.c): all algorithms, grouped by collective. */
+extern const st_algo_t *const st_algos[];
+extern const int st_nalgos;
+
+/* Picks the algorithm for a call: STRATA_COMM_ALGO if it names one that supports the call, else the
+ * supported algorithm with the lowest modelled cost on `link`. Never NULL for a valid call. */
+const st_algo_t *st_algo_select(const st_coll_args_t *a, size_t bytes, const strata_link_t *link);
+
+/* ---- pieces shared by several algorithms (ring.c) ----------------------------------------------- */
+
+/* Splits `count` elements into n near-equal blocks; fills byte offsets and lengths. */
+void st_blocks_even(size_t count, int n, size_t esize, size_t *off, size_t *len);
+
+/* Ring reduce-scatter of n blocks (byte offsets/lengths) read from `src`. With `work` non-NULL the
+ * partial sums are kept in work (same layout as src; allreduce passes its recvbuf) and the result
+ * block r ends in work too; with `work` NULL the partial sums go through two scratch blocks and the
+ * result lands in `final`. Uses tags tag0 .. tag0+n-2. */
+void st_ring_reduce_scatter(st_sched_t *s, int rank, int n, const void *src, char *work,
+                            void *final, const size_t *off, const size_t *len, uint32_t tag0);
+
+/* Ring allgather of n blocks inside `buf` (byte offsets/lengths); this rank's block is read from
+ * `mine` on the first step (usually buf + off[rank]). Uses tags tag0 .. tag0+n-2. */
+void st_ring_allgather(st_sched_t *s, int rank, int n, char *buf, const void *mine,
+                       const size_t *off, const size_t *len, uint32_t tag0);
+
+#endif

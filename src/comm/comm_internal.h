@@ -1,0 +1,56 @@
+/* Internal shape of communicators and requests, shared by comm.c, request.c and coll.c. */
+#ifndef ST_COMM_INTERNAL_H
+#define ST_COMM_INTERNAL_H
+
+#include "comm/algo/algo.h"
+#include "comm/endpoint.h"
+#include "strata/netmodel.h"
+
+/* What a world communicator and its splits share: the endpoint and the requests in flight. Every
+ * wait advances every request in flight, so collectives posted in any order cannot deadlock. */
+typedef struct st_shared {
+    st_ep_t *ep;
+    strata_request_t *active;
+    int refs;
+} st_shared_t;
+
+struct strata_comm {
+    st_shared_t *sh;
+    int rank, nranks;
+    int *world;          /* communicator rank -> endpoint rank */
+    uint32_t ctx;        /* context id, 24 bits, part of every message tag */
+    uint32_t seq;        /* collectives issued so far */
+    uint32_t nsplits;
+    strata_link_t link;  /* the link class the cost model assumes for this communicator */
+};
+
+struct strata_request {
+    strata_comm_t *comm;
+    strata_request_t *next, *prev;
+    st_sched_t sched;
+    uint64_t tag_base;
+    const char *what;    /* "allreduce", "send", ... */
+    const char *algo;
+    size_t bytes;
+    bool finished;
+    strata_status_t status;
+    size_t *vec;         /* owned normalised counts/displacements */
+};
+
+/* Tag layout: [63..40] context, [39] point-to-point flag, then either [38..21] collective sequence
+ * and [20..0] algorithm tag, or [30..0] the user's tag. */
+#define ST_TAG_CTX_SHIFT 40
+#define ST_TAG_P2P       (1ull << 39)
+#define ST_TAG_SEQ_SHIFT 21
+#define ST_TAG_SEQ_MASK  0x3FFFFu
+
+/* Allocates a request for a schedule about to be built on `comm`. */
+strata_status_t st_request_new(strata_comm_t *comm, const char *what, strata_request_t **out);
+
+/* Starts the built schedule and puts the request in flight; on error frees it. */
+strata_status_t st_request_start(strata_request_t *req, strata_request_t **out);
+
+/* Frees a request that never started. */
+void st_request_free(strata_request_t *req);
+
+#endif

@@ -1,0 +1,594 @@
+/* The endpoint: peers, tagged message matching, progress, waiting and failure.
+ *
+ * Start-up cost per rank is constant: a rank publishes one store key with its address and joins one
+ * store-side counter; it looks a peer up (one store round trip) only when an algorithm first talks
+ * to that peer, and connects then. Transports do the byte moving; this file decides which transport
+ * serves a peer, matches arrivals to receives, and sleeps when there is nothing to do.
+ */
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "comm/algo/reduce_op.h"
+#include "comm/endpoint.h"
+#include "comm/transport/transport.h"
+
+enum { ST_TP_SHM = 0, ST_TP_TCP = 1, ST_NTP = 2 };
+
+struct st_ep {
+    int rank, nranks;
+    long long timeout_ms;
+    bool force_tcp, single_host;
+    char job_id[96], secret[128];
+    uint64_t host_hash;
+    char host[64];
+    st_store_t *store;
+    st_store_server_t *server;
+    st_peer_t *peers;
+    int *live; /* ranks of peers that have a connection, progressed every pass */
+    int nlive;
+    st_transport_t *tp[ST_NTP];
+    strata_status_t failed;
+    char failed_msg[512];
+    uint64_t spin_ns;
+    uint64_t last_check_ns;
+};
+
+static const st_transport_ops_t *const transports[ST_NTP] = {&st_shm_ops, &st_tcp_ops};
+
+/* ---- small helpers ----------------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The host identity decides shm vs tcp: same host name, network namespace and boot. Emulated
+ * hosts (one network namespace each) therefore count as different hosts, as they should. */
+static uint64_t host_identity(char *host, size_t hostlen)
+{
+    gethostname(host, hostlen - 1);
+    const char *forced = st_knob_str("STRATA_HOST_ID");
+    if (*forced)
+        return fnv1a(forced);
+    char id[512];
+    struct stat st;
+    unsigned long long netns = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+    }
+    snprintf(id, sizeof id, "%s/%llu/%s", host, netns, boot);
+    return fnv1a(id);
+}
+
+int st_ep_rank(const st_ep_t *ep) { return ep->rank; }
+int st_ep_size(const st_ep_t *ep) { return ep->nranks; }
+long long st_ep_timeout_ms(const st_ep_t *ep) { return ep->timeout_ms; }
+bool st_ep_single_host(const st_ep_t *ep) { return ep->single_host && !ep->force_tcp; }
+bool st_ep_force_tcp(const st_ep_t *ep) { return ep->force_tcp; }
+const char *st_ep_job_id(const st_ep_t *ep) { return ep->job_id; }
+const char *st_ep_secret(const st_ep_t *ep) { return ep->secret; }
+st_peer_t *st_ep_peer(st_ep_t *ep, int rank) { return &ep->peers[rank]; }
+st_store_t *st_ep_store(const st_ep_t *ep) { return ep->store; }
+
+const char *st_ep_peer_name(st_ep_t *ep, int rank)
+{
+    static _Thread_local char buf[128];
+    st_peer_t *p = &ep->peers[rank];
+    if (p->host[0])
+        snprintf(buf, sizeof buf, "rank %d (host %s pid %d)", rank, p->host, p->pid);
+    else
+        snprintf(buf, sizeof buf, "rank %d", rank);
+    return buf;
+}
+
+/* ---- failure ----------------------------------------------------------------------------------- */
+
+strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt, ...)
+{
+    if (ep->failed == STRATA_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ep->failed_msg, sizeof ep->failed_msg, fmt, ap);
+        va_end(ap);
+        ep->failed = status;
+        ST_LOG_WARN(ST_SUB_COMM, "%s", ep->failed_msg);
+    }
+    st_error_set(ep->failed_msg);
+    return ep->failed;
+}
+
+strata_status_t st_ep_error(const st_ep_t *ep)
+{
+    if (ep->failed != STRATA_OK)
+        st_error_set(ep->failed_msg);
+    return ep->failed;
+}
+
+void st_ep_abort(st_ep_t *ep, const char *reason)
+{
+    if (ep->failed == STRATA_OK && ep->store)
+        st_store_abort(ep->store, reason ? reason : "strata_comm_abort");
+    st_ep_fail(ep, STRATA_ERR_ABORTED, "communicator aborted by rank %d: %s", ep->rank,
+               reason ? reason : "strata_comm_abort");
+}
+
+static strata_status_t check_store(st_ep_t *ep)
+{
+    int who = -1;
+    if (st_store_check_notice(ep->store, &who) < 0)
+        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
+    return STRATA_OK;
+}
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
+static strata_status_t store_barrier(st_ep_t *ep)
+{
+    // Hosts are counted on the way in so every rank learns whether the job fits on one host.
+    char key[160];
+    int64_t v;
+    snprintf(key, sizeof key, "host/%016llx", (unsigned long long)ep->host_hash);
+    ST_TRY(st_store_add(ep->store, key, 1, &v));
+    if (v == 1)
+        ST_TRY(st_store_add(ep->store, "nhosts", 1, &v));
+    ST_TRY(st_store_add(ep->store, "init/count", 1, &v));
+    if (v == ep->nranks) {
+        int64_t hosts;
+        ST_TRY(st_store_add(ep->store, "nhosts", 0, &hosts));
+        char val[32];
+        int n = snprintf(val, sizeof val, "%lld", (long long)hosts);
+        ST_TRY(st_store_set(ep->store, "init/done", val, (size_t)n));
+    }
+    void *val = NULL;
+    size_t len = 0;
+    ST_TRY(st_store_get(ep->store, "init/done", &val, &len, ep->timeout_ms));
+    ep->single_host = len > 0 && atoi((char *)val) == 1;
+    free(val);
+    return STRATA_OK;
+}
+
+strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
+{
+    *out = NULL;
+    st_ep_t *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return st_error(STRATA_ERR_NO_MEMORY, "out of memory creating the endpoint");
+    strata_status_t rc = STRATA_OK;
+    ep->rank = cfg->rank;
+    ep->nranks = cfg->nranks;
+    ep->timeout_ms = cfg->timeout_ms;
+    ep->force_tcp = cfg->force_tcp;
+    snprintf(ep->secret, sizeof ep->secret, "%s", cfg->secret ? cfg->secret : "");
+    snprintf(ep->job_id, sizeof ep->job_id, "%s", cfg->job_id ? cfg->job_id : "");
+    ep->host_hash = host_identity(ep->host, sizeof ep->host);
+    ep->spin_ns = (uint64_t)st_knob_int("STRATA_COMM_SPIN_US", 50) * 1000u;
+    ep->peers = calloc((size_t)cfg->nranks, sizeof *ep->peers);
+    ep->live = calloc((size_t)cfg->nranks, sizeof *ep->live);
+    if (!ep->peers || !ep->live) {
+        rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory for %d peers", cfg->nranks);
+        goto fail;
+    }
+    for (int r = 0; r < cfg->nranks; r++)
+        ep->peers[r].rank = r;
+    st_peer_t *me = &ep->peers[ep->rank];
+    me->resolved = true;
+    me->host_hash = ep->host_hash;
+    me->pid = (int)getpid();
+    snprintf(me->host, sizeof me->host, "%s", ep->host);
+    st_log_set_rank(cfg->rank);
+
+    if (cfg->host_store && cfg->rank == 0) {
+        ST_TRY_GOTO(st_store_server_open(cfg->store_addr, ep->secret, &ep->server), rc, fail);
+        ST_TRY_GOTO(st_store_server_start_thread(ep->server), rc, fail);
+    }
+    ST_TRY_GOTO(st_store_connect(cfg->store_addr, ep->secret, cfg->rank, ep->timeout_ms, &ep->store),
+                rc, fail);
+    for (int i = 0; i < ST_NTP; i++)
+        ST_TRY_GOTO(transports[i]->open(ep, &ep->tp[i]), rc, fail);
+
+    char tcpaddr[64] = "";
+    transports[ST_TP_TCP]->address(ep->tp[ST_TP_TCP], tcpaddr, sizeof tcpaddr);
+    char key[32], val[256];
+    snprintf(key, sizeof key, "addr/%d", ep->rank);
+    int n = snprintf(val, sizeof val, "%016llx %d %s %s", (unsigned long long)ep->host_hash,
+                     (int)getpid(), ep->host, tcpaddr);
+    ST_TRY_GOTO(st_store_set(ep->store, key, val, (size_t)n), rc, fail);
+    ST_TRY_GOTO(store_barrier(ep), rc, fail);
+    ST_LOG_INFO(ST_SUB_COMM, "endpoint up: rank %d/%d host %s%s", ep->rank, ep->nranks, ep->host,
+                ep->single_host ? " (single host)" : "");
+    *out = ep;
+    return STRATA_OK;
+fail: {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    ep->failed = STRATA_ERR_ABORTED; // no goodbye: creation failed
+    st_ep_destroy(ep);
+    st_error_set(msg);
+    return rc;
+}
+}
+
+void st_ep_destroy(st_ep_t *ep)
+{
+    if (!ep)
+        return;
+    for (int i = 0; i < ep->nlive; i++) {
+        st_peer_t *p = &ep->peers[ep->live[i]];
+        if (p->tp)
+            p->tp->disconnect(ep, ep->tp[p->tp == &st_shm_ops ? ST_TP_SHM : ST_TP_TCP], p);
+    }
+    if (ep->peers)
+        for (int r = 0; r < ep->nranks; r++)
+            while (ep->peers[r].unexq) {
+                st_msg_t *u = ep->peers[r].unexq;
+                ep->peers[r].unexq = u->next;
+                free(u->rbuf);
+                free(u);
+            }
+    for (int i = 0; i < ST_NTP; i++)
+        if (ep->tp[i])
+            transports[i]->close(ep, ep->tp[i]);
+    st_store_close(ep->store, ep->failed == STRATA_OK);
+    st_store_server_close(ep->server, (int)ST_MIN(ep->timeout_ms < 0 ? 60000 : ep->timeout_ms, 60000));
+    free(ep->peers);
+    free(ep->live);
+    free(ep);
+}
+
+/* ---- peers ------------------------------------------------------------------------------------- */
+
+static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
+{
+    if (p->resolved)
+        return STRATA_OK;
+    char key[32];
+    snprintf(key, sizeof key, "addr/%d", p->rank);
+    void *val = NULL;
+    size_t len = 0;
+    strata_status_t rc = st_store_get(ep->store, key, &val, &len, ep->timeout_ms);
+    if (rc < 0)
+        return st_ep_fail(ep, rc, "looking up rank %d: %s", p->rank, strata_last_error());
+    char *text = val;
+    unsigned long long hash = 0;
+    if (sscanf(text, "%llx %d %63s %63s", &hash, &p->pid, p->host, p->addr) < 3) {
+        free(val);
+        return st_ep_fail(ep, STRATA_ERR_REMOTE, "rank %d published a malformed address", p->rank);
+    }
+    free(val);
+    p->host_hash = hash;
+    p->resolved = true;
+    return STRATA_OK;
+}
+
+static void make_live(st_ep_t *ep, st_peer_t *p)
+{
+    if (!p->listed) {
+        p->listed = true;
+        ep->live[ep->nlive++] = p->rank;
+    }
+}
+
+static int tp_index(const st_transport_ops_t *ops)
+{
+    return ops == &st_shm_ops ? ST_TP_SHM : ST_TP_TCP;
+}
+
+/* Picks and connects the peer's transport on first use; both sides pick the same one. */
+static strata_status_t ensure_conn(st_ep_t *ep, st_peer_t *p)
+{
+    if (p->tp)
+        return STRATA_OK;
+    ST_TRY(resolve(ep, p));
+    for (int i = 0; i < ST_NTP; i++) {
+        if (!transports[i]->can_connect(ep, ep->tp[i], p))
+            continue;
+        strata_status_t rc = transports[i]->connect(ep, ep->tp[i], p);
+        if (rc < 0)
+            return st_ep_fail(ep, rc, "connecting to %s over %s: %s", st_ep_peer_name(ep, p->rank),
+                              transports[i]->name, strata_last_error());
+        p->tp = transports[i];
+        make_live(ep, p);
+        ST_LOG_DEBUG(ST_SUB_COMM, "connected to %s over %s", st_ep_peer_name(ep, p->rank),
+                     transports[i]->name);
+        return STRATA_OK;
+    }
+    return st_ep_fail(ep, STRATA_ERR_UNSUPPORTED, "no transport reaches %s",
+                      st_ep_peer_name(ep, p->rank));
+}
+
+void st_ep_adopt_peer(st_ep_t *ep, st_peer_t *p, const st_transport_ops_t *ops)
+{
+    p->tp = ops;
+    make_live(ep, p);
+}
+
+/* ---- queues and matching ----------------------------------------------------------------------- */
+
+static void enqueue(st_msg_t **head, st_msg_t **tail, st_msg_t *m)
+{
+    m->next = NULL;
+    if (*tail)
+        (*tail)->next = m;
+    else
+        *head = m;
+    *tail = m;
+}
+
+/* Removes and returns the first message with `tag`, or NULL. */
+static st_msg_t *take(st_msg_t **head, st_msg_t **tail, uint64_t tag)
+{
+    st_msg_t *prev = NULL;
+    for (st_msg_t *m = *head; m; prev = m, m = m->next) {
+        if (m->tag != tag)
+            continue;
+        if (prev)
+            prev->next = m->next;
+        else
+            *head = m->next;
+        if (*tail == m)
+            *tail = prev;
+        m->next = NULL;
+        return m;
+    }
+    return NULL;
+}
+
+void st_msg_complete(st_ep_t *ep, st_msg_t *m)
+{
+    (void)ep;
+    m->state = ST_MSG_DONE;
+    if (m->pending)
+        (*m->pending)--;
+}
+
+void st_msg_deliver(st_ep_t *ep, st_msg_t *m, size_t off, const void *data, size_t len)
+{
+    char *dst = (char *)m->rbuf + off;
+    // An unexpected message (even one a receive is now bound to) is filled as a plain copy and
+    // handed over whole when complete.
+    if (m->reduce && !m->unexpected)
+        st_reduce(m->dtype, m->op, dst, (const char *)m->rsrc + off, data, len / m->esize);
+    else if (len && dst != data)
+        memcpy(dst, data, len);
+    m->done += len;
+    if (m->done < m->bytes)
+        return;
+    if (m->unexpected && m->bound) {
+        st_msg_t *r = m->bound;
+        m->bound = NULL;
+        m->unexpected = false; // deliver as the bound receive would have
+        r->done = 0;
+        st_msg_deliver(ep, r, 0, m->rbuf, m->bytes);
+        free(m->rbuf);
+        free(m);
+        return;
+    }
+    st_msg_complete(ep, m);
+}
+
+st_msg_t *st_ep_match(st_ep_t *ep, st_peer_t *p, uint64_t tag, size_t bytes, bool drain)
+{
+    st_msg_t *m = take(&p->recvq, &p->recvq_tail, tag);
+    if (m) {
+        if (bytes > m->bytes) {
+            st_ep_fail(ep, STRATA_ERR_INVALID_ARG,
+                       "message of %zu bytes from %s is larger than the %zu-byte receive posted for it",
+                       bytes, st_ep_peer_name(ep, p->rank), m->bytes);
+            return NULL;
+        }
+        m->bytes = bytes;
+        m->state = ST_MSG_ACTIVE;
+        return m;
+    }
+    if (!drain)
+        return NULL;
+    st_msg_t *u = calloc(1, sizeof *u);
+    void *buf = malloc(bytes ? bytes : 1);
+    if (!u || !buf) {
+        free(u);
+        free(buf);
+        st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory buffering %zu unexpected bytes from %s",
+                   bytes, st_ep_peer_name(ep, p->rank));
+        return NULL;
+    }
+    u->peer = p->rank;
+    u->tag = tag;
+    u->rbuf = buf;
+    u->bytes = bytes;
+    u->unexpected = true;
+    u->state = ST_MSG_ACTIVE;
+    enqueue(&p->unexq, &p->unexq_tail, u);
+    return u;
+}
+
+static strata_status_t post_to_self(st_ep_t *ep, st_msg_t *m)
+{
+    st_peer_t *p = &ep->peers[ep->rank];
+    st_msg_t *r = st_ep_match(ep, p, m->tag, m->bytes, true);
+    if (!r)
+        return st_ep_error(ep);
+    st_msg_deliver(ep, r, 0, m->sbuf, m->bytes);
+    st_msg_complete(ep, m);
+    return STRATA_OK;
+}
+
+strata_status_t st_ep_post_send(st_ep_t *ep, st_msg_t *m)
+{
+    if (ST_UNLIKELY(ep->failed))
+        return st_ep_error(ep);
+    m->is_send = true;
+    m->done = 0;
+    m->state = ST_MSG_QUEUED;
+    if (m->peer == ep->rank)
+        return post_to_self(ep, m);
+    st_peer_t *p = &ep->peers[m->peer];
+    // A peer adopted through its incoming connection is not resolved yet; sending needs its address.
+    ST_TRY(resolve(ep, p));
+    ST_TRY(ensure_conn(ep, p));
+    enqueue(&p->sendq, &p->sendq_tail, m);
+    return STRATA_OK;
+}
+
+strata_status_t st_ep_post_recv(st_ep_t *ep, st_msg_t *m)
+{
+    if (ST_UNLIKELY(ep->failed))
+        return st_ep_error(ep);
+    m->is_send = false;
+    m->unexpected = false;
+    m->done = 0;
+    m->state = ST_MSG_QUEUED;
+    st_peer_t *p = &ep->peers[m->peer];
+    st_msg_t *u = take(&p->unexq, &p->unexq_tail, m->tag);
+    if (u) {
+        if (u->bytes > m->bytes)
+            return st_ep_fail(ep, STRATA_ERR_INVALID_ARG,
+                              "message of %zu bytes from %s is larger than the %zu-byte receive",
+                              u->bytes, st_ep_peer_name(ep, m->peer), m->bytes);
+        m->bytes = u->bytes;
+        m->state = ST_MSG_ACTIVE;
+        if (u->done == u->bytes) {
+            st_msg_deliver(ep, m, 0, u->rbuf, u->bytes);
+            free(u->rbuf);
+            free(u);
+        } else {
+            u->bound = m; // the transport keeps filling u; delivery happens when it completes
+        }
+        return STRATA_OK;
+    }
+    if (m->peer != ep->rank)
+        ST_TRY(ensure_conn(ep, p));
+    enqueue(&p->recvq, &p->recvq_tail, m);
+    return STRATA_OK;
+}
+
+/* ---- progress and waiting ---------------------------------------------------------------------- */
+
+strata_status_t st_ep_progress(st_ep_t *ep, bool drain, bool *moved)
+{
+    if (ST_UNLIKELY(ep->failed))
+        return st_ep_error(ep);
+    for (int i = 0; i < ST_NTP; i++)
+        if (transports[i]->progress_global)
+            ST_TRY(transports[i]->progress_global(ep, ep->tp[i], moved));
+    for (int i = 0; i < ep->nlive; i++) {
+        st_peer_t *p = &ep->peers[ep->live[i]];
+        strata_status_t rc = p->tp->progress(ep, ep->tp[tp_index(p->tp)], p, drain, moved);
+        if (rc < 0)
+            return st_ep_error(ep) < 0 ? ep->failed : rc;
+    }
+    return STRATA_OK;
+}
+
+static bool peer_busy(const st_peer_t *p)
+{
+    return p->sendq || p->recvq;
+}
+
+/* Liveness checks that cost syscalls: the store's notices and the processes of shm peers we wait
+ * on. Run when about to sleep, at most every few milliseconds. */
+static strata_status_t check_failures(st_ep_t *ep)
+{
+    ST_TRY(check_store(ep));
+    for (int i = 0; i < ep->nlive; i++) {
+        st_peer_t *p = &ep->peers[ep->live[i]];
+        if (peer_busy(p) && p->tp->check_peer)
+            ST_TRY(p->tp->check_peer(ep, ep->tp[tp_index(p->tp)], p));
+    }
+    return STRATA_OK;
+}
+
+static void sleep_once(st_ep_t *ep, int timeout_ms)
+{
+    bool need_poll = false, shm_busy = false;
+    for (int i = 0; i < ep->nlive; i++) {
+        st_peer_t *p = &ep->peers[ep->live[i]];
+        if (p->tp->needs_poll)
+            need_poll = true;
+        else if (peer_busy(p))
+            shm_busy = true;
+    }
+    if (!need_poll) {
+        st_transport_t *shm = ep->tp[ST_TP_SHM];
+        uint32_t seq = st_shm_sleep_begin(shm);
+        bool moved = false;
+        // Re-check after announcing: a peer that published before the announcement did not ring.
+        if (st_ep_progress(ep, true, &moved) >= 0 && !moved)
+            st_shm_sleep_wait(shm, seq, timeout_ms);
+        st_shm_sleep_end(shm);
+        return;
+    }
+    struct pollfd fds[256];
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = st_store_fd(ep->store), .events = POLLIN};
+    for (int i = 0; i < ST_NTP; i++)
+        if (transports[i]->pollfds_global)
+            n += transports[i]->pollfds_global(ep, ep->tp[i], fds + n, 256 - n);
+    for (int i = 0; i < ep->nlive && n < 250; i++) {
+        st_peer_t *p = &ep->peers[ep->live[i]];
+        if (p->tp->pollfds)
+            n += p->tp->pollfds(ep, ep->tp[tp_index(p->tp)], p, fds + n, 256 - n);
+    }
+    // Shared-memory peers cannot wake a poll(): nap briefly when they are involved too.
+    int r;
+    ST_RETRY_EINTR(r, poll(fds, (nfds_t)n, shm_busy ? 1 : timeout_ms));
+    (void)r;
+}
+
+strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
+                           void (*what)(void *arg, char *buf, size_t len), uint64_t deadline_ns)
+{
+    uint64_t idle_since = 0;
+    unsigned idle = 0;
+    for (;;) {
+        bool moved = false;
+        // Buffer unmatched arrivals only once we have been idle a little: until then they wait
+        // in the transport, which keeps flow control and saves a copy.
+        strata_status_t rc = st_ep_progress(ep, idle > 8, &moved);
+        if (rc < 0)
+            return rc;
+        if (done(arg))
+            return STRATA_OK;
+        if (moved) {
+            idle = 0;
+            continue;
+        }
+        uint64_t now = st_now_ns();
+        if (idle++ == 0)
+            idle_since = now;
+        if (now >= deadline_ns) {
+            char buf[256] = "";
+            if (what)
+                what(arg, buf, sizeof buf);
+            ST_TRY(check_failures(ep));
+            // Messages of the abandoned operation stay posted, so the endpoint cannot be trusted
+            // any more: a timeout is fatal, as a watchdog abort is in NCCL and torch.
+            return st_ep_fail(ep, STRATA_ERR_TIMEOUT, "rank %d timed out after %lld ms %s", ep->rank,
+                              ep->timeout_ms, buf);
+        }
+        if (now - idle_since < ep->spin_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        if (now - ep->last_check_ns > 20 * 1000000ull) {
+            ep->last_check_ns = now;
+            ST_TRY(check_failures(ep));
+        }
+        uint64_t left_ms = (deadline_ns - now) / 1000000u + 1;
+        sleep_once(ep, (int)ST_MIN(left_ms, 50u));
+    }
+}

@@ -1,0 +1,463 @@
+/* TCP transport between hosts (or between local ranks when STRATA_COMM_TRANSPORT=tcp).
+ *
+ * Each direction of a pair has its own connection, opened by the sender on its first send; the
+ * receiver accepts it and learns who it is from a hello carrying the sender's rank and a hash of
+ * the job secret (a connection with a bad hello is dropped). One direction per socket means no
+ * connect races and no ordering handshake. Sockets are non-blocking; a message is a 16-byte header
+ * (tag, size) followed by its bytes, streamed straight from the sender's buffer and, for plain
+ * receives, straight into the receiver's buffer. A receive that reduces goes through a staging
+ * buffer, reducing whole elements as they arrive, so large messages are pipelined either way.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "comm/transport/transport.h"
+
+#define HELLO_MAGIC 0x53545443u /* "STTC" */
+#define STAGE_BYTES (256u << 10)
+
+struct st_transport {
+    int listen_fd;
+    char addr[64];
+    uint64_t secret_hash;
+    unsigned tick;
+    bool want_accept;
+    int bufsize;
+};
+
+typedef struct tcp_conn {
+    int tx_fd, rx_fd;
+    uint8_t tx_hdr[16];
+    size_t tx_hdr_done;
+    uint8_t rx_hdr[16];
+    size_t rx_hdr_done;
+    uint64_t rx_tag;
+    size_t rx_bytes, rx_got, rx_delivered;
+    st_msg_t *rx_cur;
+    char *stage;
+} tcp_conn_t;
+
+typedef struct hello {
+    uint32_t magic;
+    int32_t rank;
+    uint64_t secret_hash;
+} hello_t;
+
+static uint64_t hash_secret(const char *job, const char *secret)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = secret; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (const char *s = job; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void tune_socket(st_transport_t *t, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (t->bufsize > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &t->bufsize, sizeof t->bufsize);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &t->bufsize, sizeof t->bufsize);
+    }
+}
+
+static strata_status_t split_addr(const char *addr, struct sockaddr_in *sa)
+{
+    char host[64];
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof host)
+        return st_error(STRATA_ERR_INVALID_ARG, "bad tcp address '%s' (want ip:port)", addr);
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "bad tcp address '%s' (want an IPv4 address)", addr);
+    return STRATA_OK;
+}
+
+static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
+{
+    st_transport_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
+    t->secret_hash = hash_secret(st_ep_job_id(ep), st_ep_secret(ep));
+    t->bufsize = (int)st_knob_int("STRATA_TCP_BUF_BYTES", 0);
+    // Listen on the interface that reaches the store unless told otherwise: on a cluster that is
+    // the interface peers can reach too.
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    const char *ifaddr = st_knob_str("STRATA_TCP_IFADDR");
+    if (*ifaddr) {
+        if (inet_pton(AF_INET, ifaddr, &sa.sin_addr) != 1) {
+            free(t);
+            return st_error(STRATA_ERR_INVALID_ARG, "STRATA_TCP_IFADDR=%s is not an IPv4 address", ifaddr);
+        }
+    } else {
+        struct sockaddr_in local;
+        socklen_t len = sizeof local;
+        if (getsockname(st_store_fd(st_ep_store(ep)), (struct sockaddr *)&local, &len) == 0 &&
+            local.sin_family == AF_INET)
+            sa.sin_addr = local.sin_addr;
+    }
+    t->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (t->listen_fd < 0 || bind(t->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(t->listen_fd, SOMAXCONN) != 0) {
+        int e = errno;
+        if (t->listen_fd >= 0)
+            close(t->listen_fd);
+        free(t);
+        return st_error_errno(STRATA_ERR_SYSTEM, e, "tcp transport: cannot listen");
+    }
+    socklen_t len = sizeof sa;
+    getsockname(t->listen_fd, (struct sockaddr *)&sa, &len);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+    snprintf(t->addr, sizeof t->addr, "%s:%d", ip, ntohs(sa.sin_port));
+    *out = t;
+    return STRATA_OK;
+}
+
+static void tcp_close_tp(st_ep_t *ep, st_transport_t *t)
+{
+    (void)ep;
+    close(t->listen_fd);
+    free(t);
+}
+
+static void tcp_address(st_transport_t *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", t->addr);
+}
+
+static bool tcp_can_connect(st_ep_t *ep, st_transport_t *t, const st_peer_t *peer)
+{
+    (void)ep;
+    (void)t;
+    return peer->addr[0] != '\0';
+}
+
+static tcp_conn_t *conn_new(void)
+{
+    tcp_conn_t *c = calloc(1, sizeof *c);
+    if (c) {
+        c->tx_fd = -1;
+        c->rx_fd = -1;
+    }
+    return c;
+}
+
+static strata_status_t tcp_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
+{
+    (void)ep;
+    (void)t;
+    if (peer->conn)
+        return STRATA_OK; // already adopted through an accepted connection
+    peer->conn = conn_new();
+    return peer->conn ? STRATA_OK : st_error(STRATA_ERR_NO_MEMORY, "out of memory");
+}
+
+/* Opens the sending direction: connect with the endpoint's timeout, then the hello. */
+static strata_status_t open_tx(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, tcp_conn_t *c)
+{
+    struct sockaddr_in sa;
+    ST_TRY(split_addr(peer->addr, &sa));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return st_error_errno(STRATA_ERR_SYSTEM, errno, "socket");
+    tune_socket(t, fd);
+    int r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    if (r != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        long long to = st_ep_timeout_ms(ep);
+        ST_RETRY_EINTR(r, poll(&p, 1, to < 0 ? -1 : (int)ST_MIN(to, 1 << 30)));
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        r = (r == 1 && err == 0) ? 0 : -1;
+        errno = r == 0 ? 0 : (err ? err : ETIMEDOUT);
+    }
+    if (r != 0) {
+        int e = errno;
+        close(fd);
+        return st_error_errno(STRATA_ERR_PEER_FAILED, e, "connecting to %s at %s",
+                              st_ep_peer_name(ep, peer->rank), peer->addr);
+    }
+    hello_t h = {.magic = HELLO_MAGIC, .rank = st_ep_rank(ep), .secret_hash = t->secret_hash};
+    // The hello fits any socket buffer, so a non-blocking send writes it whole.
+    if (send(fd, &h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h) {
+        int e = errno;
+        close(fd);
+        return st_error_errno(STRATA_ERR_PEER_FAILED, e, "greeting %s", st_ep_peer_name(ep, peer->rank));
+    }
+    c->tx_fd = fd;
+    return STRATA_OK;
+}
+
+static strata_status_t peer_lost(st_ep_t *ep, st_peer_t *peer, int err, const char *what)
+{
+    if (err)
+        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s: %s while %s", st_ep_peer_name(ep, peer->rank),
+                          strerror(err), what);
+    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s closed its connection while %s",
+                      st_ep_peer_name(ep, peer->rank), what);
+}
+
+static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, tcp_conn_t *c,
+                                  bool *moved)
+{
+    while (peer->sendq) {
+        st_msg_t *m = peer->sendq;
+        if (c->tx_fd < 0) {
+            strata_status_t rc = open_tx(ep, t, peer, c);
+            if (rc < 0)
+                return st_ep_fail(ep, rc, "%s", strata_last_error());
+        }
+        if (m->done == 0 && c->tx_hdr_done == 0) {
+            uint64_t hdr[2] = {m->tag, m->bytes};
+            memcpy(c->tx_hdr, hdr, sizeof hdr);
+        }
+        while (c->tx_hdr_done < 16 || m->done < m->bytes) {
+            struct iovec iov[2];
+            int n = 0;
+            if (c->tx_hdr_done < 16)
+                iov[n++] = (struct iovec){c->tx_hdr + c->tx_hdr_done, 16 - c->tx_hdr_done};
+            if (m->done < m->bytes)
+                iov[n++] = (struct iovec){(char *)m->sbuf + m->done, m->bytes - m->done};
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            ssize_t w = sendmsg(c->tx_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    return STRATA_OK;
+                return peer_lost(ep, peer, errno, "sending");
+            }
+            *moved = true;
+            size_t hdr_part = ST_MIN((size_t)w, 16 - c->tx_hdr_done);
+            c->tx_hdr_done += hdr_part;
+            m->done += (size_t)w - hdr_part;
+        }
+        c->tx_hdr_done = 0;
+        peer->sendq = m->next;
+        if (!peer->sendq)
+            peer->sendq_tail = NULL;
+        st_msg_complete(ep, m);
+    }
+    return STRATA_OK;
+}
+
+/* Reads what the socket holds for the message being received; returns false when it would block. */
+static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c, bool *more, bool *moved)
+{
+    st_msg_t *m = c->rx_cur;
+    bool staged = m->reduce && !m->unexpected;
+    size_t want = c->rx_bytes - c->rx_got;
+    char *dst;
+    if (staged) {
+        if (!c->stage && !(c->stage = malloc(STAGE_BYTES)))
+            return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory for the tcp staging buffer");
+        size_t fill = c->rx_got - c->rx_delivered;
+        dst = c->stage + fill;
+        want = ST_MIN(want, STAGE_BYTES - fill);
+    } else {
+        dst = (char *)m->rbuf + c->rx_got;
+    }
+    ssize_t r = want ? recv(c->rx_fd, dst, want, MSG_DONTWAIT) : 0;
+    if (want && r <= 0) {
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            *more = false;
+            return STRATA_OK;
+        }
+        return peer_lost(ep, peer, r < 0 ? errno : 0, "receiving a message");
+    }
+    *moved = true;
+    c->rx_got += (size_t)r;
+    bool last = c->rx_got == c->rx_bytes;
+    size_t ready = c->rx_got - c->rx_delivered;
+    if (staged && !last)
+        ready -= ready % m->esize; // reduce whole elements only; keep the rest staged
+    if (ready || last) {
+        const char *src = staged ? c->stage : (char *)m->rbuf + c->rx_delivered;
+        size_t off = c->rx_delivered;
+        c->rx_delivered += ready;
+        if (last)
+            c->rx_cur = NULL; // deliver may free an unexpected message once complete
+        st_msg_deliver(ep, m, off, src, ready);
+        if (staged && !last && c->rx_got > c->rx_delivered)
+            memmove(c->stage, c->stage + ready, c->rx_got - c->rx_delivered);
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, tcp_conn_t *c,
+                                  bool drain, bool *moved)
+{
+    if (c->rx_fd < 0) {
+        if (peer->recvq)
+            t->want_accept = true;
+        return STRATA_OK;
+    }
+    bool more = true;
+    while (more) {
+        if (c->rx_hdr_done < 16) {
+            ssize_t r = recv(c->rx_fd, c->rx_hdr + c->rx_hdr_done, 16 - c->rx_hdr_done, MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                return STRATA_OK;
+            if (r <= 0) {
+                if (r == 0 && c->rx_hdr_done == 0 && !peer->recvq) {
+                    close(c->rx_fd); // a clean goodbye between messages
+                    c->rx_fd = -1;
+                    return STRATA_OK;
+                }
+                return peer_lost(ep, peer, r < 0 ? errno : 0, "waiting for a message");
+            }
+            *moved = true;
+            c->rx_hdr_done += (size_t)r;
+            if (c->rx_hdr_done < 16)
+                return STRATA_OK;
+            uint64_t hdr[2];
+            memcpy(hdr, c->rx_hdr, sizeof hdr);
+            c->rx_tag = hdr[0];
+            c->rx_bytes = hdr[1];
+            c->rx_got = c->rx_delivered = 0;
+        }
+        if (!c->rx_cur) {
+            c->rx_cur = st_ep_match(ep, peer, c->rx_tag, c->rx_bytes, drain);
+            if (!c->rx_cur)
+                return st_ep_error(ep); // error, or nobody wants it yet: it waits in the socket
+        }
+        if (c->rx_bytes == 0) {
+            st_msg_t *m = c->rx_cur;
+            c->rx_cur = NULL;
+            st_msg_deliver(ep, m, 0, NULL, 0);
+        } else {
+            ST_TRY(pull_payload(ep, peer, c, &more, moved));
+        }
+        if (!c->rx_cur)
+            c->rx_hdr_done = 0;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t tcp_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, bool drain,
+                                    bool *moved)
+{
+    tcp_conn_t *c = peer->conn;
+    ST_TRY(pull_recvs(ep, t, peer, c, drain, moved));
+    return push_sends(ep, t, peer, c, moved);
+}
+
+/* Accepts pending connections and reads their hellos. A bad hello closes only that socket. */
+static strata_status_t accept_all(st_ep_t *ep, st_transport_t *t, bool *moved)
+{
+    for (;;) {
+        int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            return STRATA_OK;
+        hello_t h;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        ssize_t got = 0;
+        while (got < (ssize_t)sizeof h && poll(&p, 1, 2000) == 1) {
+            ssize_t r = recv(fd, (char *)&h + got, sizeof h - (size_t)got, 0);
+            if (r <= 0)
+                break;
+            got += r;
+        }
+        if (got != (ssize_t)sizeof h || h.magic != HELLO_MAGIC || h.rank < 0 ||
+            h.rank >= st_ep_size(ep) || h.secret_hash != t->secret_hash) {
+            ST_LOG_WARN(ST_SUB_NET, "dropped a tcp connection with a bad hello");
+            close(fd);
+            continue;
+        }
+        st_peer_t *peer = st_ep_peer(ep, h.rank);
+        if (!peer->conn) {
+            if (!(peer->conn = conn_new())) {
+                close(fd);
+                return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory");
+            }
+            st_ep_adopt_peer(ep, peer, &st_tcp_ops);
+        }
+        tcp_conn_t *c = peer->conn;
+        if (c->rx_fd >= 0)
+            close(c->rx_fd);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        tune_socket(t, fd);
+        c->rx_fd = fd;
+        *moved = true;
+    }
+}
+
+static strata_status_t tcp_progress_global(st_ep_t *ep, st_transport_t *t, bool *moved)
+{
+    // accept() is a system call: try it when a receive waits for a connection, else now and then.
+    if (st_ep_single_host(ep) || (!t->want_accept && (++t->tick & 255) != 0))
+        return STRATA_OK;
+    t->want_accept = false;
+    return accept_all(ep, t, moved);
+}
+
+static int tcp_pollfds(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, struct pollfd *fds, int max)
+{
+    (void)ep;
+    (void)t;
+    tcp_conn_t *c = peer->conn;
+    int n = 0;
+    if (c->rx_fd >= 0 && n < max)
+        fds[n++] = (struct pollfd){.fd = c->rx_fd, .events = POLLIN};
+    if (c->tx_fd >= 0 && peer->sendq && n < max)
+        fds[n++] = (struct pollfd){.fd = c->tx_fd, .events = POLLOUT};
+    return n;
+}
+
+static int tcp_pollfds_global(st_ep_t *ep, st_transport_t *t, struct pollfd *fds, int max)
+{
+    if (st_ep_single_host(ep) || max < 1)
+        return 0;
+    t->want_accept = true; // whatever wakes us, look at the listener next pass
+    fds[0] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
+    return 1;
+}
+
+static void tcp_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
+{
+    (void)ep;
+    (void)t;
+    tcp_conn_t *c = peer->conn;
+    if (!c)
+        return;
+    if (c->tx_fd >= 0)
+        close(c->tx_fd);
+    if (c->rx_fd >= 0)
+        close(c->rx_fd);
+    free(c->stage);
+    free(c);
+    peer->conn = NULL;
+}
+
+const st_transport_ops_t st_tcp_ops = {
+    .name = "tcp",
+    .open = tcp_open,
+    .address = tcp_address,
+    .can_connect = tcp_can_connect,
+    .connect = tcp_connect,
+    .progress = tcp_progress,
+    .progress_global = tcp_progress_global,
+    .pollfds = tcp_pollfds,
+    .pollfds_global = tcp_pollfds_global,
+    .needs_poll = true,
+    .disconnect = tcp_disconnect,
+    .close = tcp_close_tp,
+};
