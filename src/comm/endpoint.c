@@ -530,6 +530,9 @@ static void sleep_once(st_ep_t *ep, int timeout_ms)
         st_shm_sleep_end(shm);
         return;
     }
+    bool moved = false;
+    if (st_ep_progress(ep, true, &moved) < 0 || moved)
+        return;
     struct pollfd fds[256];
     int n = 0;
     fds[n++] = (struct pollfd){.fd = st_store_fd(ep->store), .events = POLLIN};
@@ -554,9 +557,9 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
     unsigned idle = 0;
     for (;;) {
         bool moved = false;
-        // Buffer unmatched arrivals only once we have been idle a little: until then they wait
-        // in the transport, which keeps flow control and saves a copy.
-        strata_status_t rc = st_ep_progress(ep, idle > 8, &moved);
+        // Unmatched arrivals stay in the transport (flow control, no extra copy) while we spin;
+        // sleep_once() buffers them before sleeping, so nothing can deadlock behind them.
+        strata_status_t rc = st_ep_progress(ep, false, &moved);
         if (rc < 0)
             return rc;
         if (done(arg))
