@@ -125,6 +125,31 @@ void st_ep_abort(st_ep_t *ep, const char *reason)
                reason ? reason : "strata_comm_abort");
 }
 
+strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
+{
+    if (ep->failed)
+        return st_ep_error(ep);
+    // A peer that closes on us has usually just learned of a failure elsewhere and bailed out.
+    // Give the store's notice of that root cause a moment to arrive, and report it instead.
+    int fd = st_store_fd(ep->store);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    uint64_t until = st_now_ns() + 200 * 1000000ull;
+    for (;;) {
+        int who = -1;
+        if (st_store_check_notice(ep->store, &who) < 0)
+            return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
+        uint64_t now = st_now_ns();
+        if (fd < 0 || now >= until || poll(&p, 1, (int)((until - now) / 1000000u) + 1) <= 0)
+            break;
+    }
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s %s", st_ep_peer_name(ep, rank), msg);
+}
+
 static strata_status_t check_store(st_ep_t *ep)
 {
     int who = -1;
@@ -578,8 +603,11 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
             ST_TRY(check_failures(ep));
             // Messages of the abandoned operation stay posted, so the endpoint cannot be trusted
             // any more: a timeout is fatal, as a watchdog abort is in NCCL and torch.
-            return st_ep_fail(ep, STRATA_ERR_TIMEOUT, "rank %d timed out after %lld ms %s", ep->rank,
-                              ep->timeout_ms, buf);
+            // Tell the others why this rank gives up, so their errors name the awaited rank too.
+            char msg[400];
+            snprintf(msg, sizeof msg, "timed out after %lld ms %s", ep->timeout_ms, buf);
+            st_store_abort(ep->store, msg);
+            return st_ep_fail(ep, STRATA_ERR_TIMEOUT, "rank %d %s", ep->rank, msg);
         }
         if (now - idle_since < ep->spin_ns) {
 #if defined(__x86_64__) || defined(__i386__)

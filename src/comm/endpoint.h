@@ -100,6 +100,11 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
 strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A transport saw `rank` close or die ("<peer name> <fmt...>"). Reports the store's failure notice
+ * instead when one arrives within a moment (the root cause elsewhere), else this. */
+strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The sticky failure (STRATA_OK if none); re-raises its message on this thread. */
 strata_status_t st_ep_error(const st_ep_t *ep);
 

@@ -411,8 +411,7 @@ static strata_status_t shm_check_peer(st_ep_t *ep, st_transport_t *t, st_peer_t 
         return STRATA_OK;
     struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
     if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
-        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s exited while this rank was exchanging data with it",
-                          st_ep_peer_name(ep, peer->rank));
+        return st_ep_peer_lost(ep, peer->rank, "exited while this rank was exchanging data with it");
     return STRATA_OK;
 }
 

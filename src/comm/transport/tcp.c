@@ -209,10 +209,8 @@ static strata_status_t open_tx(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, 
 static strata_status_t peer_lost(st_ep_t *ep, st_peer_t *peer, int err, const char *what)
 {
     if (err)
-        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s: %s while %s", st_ep_peer_name(ep, peer->rank),
-                          strerror(err), what);
-    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s closed its connection while %s",
-                      st_ep_peer_name(ep, peer->rank), what);
+        return st_ep_peer_lost(ep, peer->rank, "failed (%s) while %s", strerror(err), what);
+    return st_ep_peer_lost(ep, peer->rank, "closed its connection while %s", what);
 }
 
 static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, tcp_conn_t *c,

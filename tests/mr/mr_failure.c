@@ -1,0 +1,285 @@
+/* Failure behaviour: a rank killed mid-allreduce makes every other rank fail with an error naming it,
+ * well within the timeout, never a hang (shm and tcp); strata_comm_abort reaches every rank; a rank
+ * that never shows up gives a timeout naming who was awaited; garbage on the store port does not
+ * harm the job; bad arguments return clear errors. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness/st_test.h"
+
+#define TIMEOUT_MS 20000
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The victim is the last rank; it dies by SIGKILL after its allreduce has started moving data. */
+static int killed_mid_allreduce(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    const int victim = n - 1;
+    const size_t count = 8u << 20; // 32 MiB: long enough to be interrupted
+    float *buf = calloc(count, sizeof *buf);
+    ST_RANK_CHECK_OK(strata_barrier(c));
+    strata_request_t *req;
+    ST_RANK_CHECK_OK(strata_iallreduce(c, buf, buf, count, STRATA_DTYPE_F32, STRATA_OP_SUM, &req));
+    if (rank == victim) {
+        bool done = false;
+        for (int i = 0; i < 50 && !done; i++)
+            strata_request_test(req, &done);
+        raise(SIGKILL);
+    }
+    double t0 = now_s();
+    strata_status_t rc = strata_request_wait(req);
+    double waited = now_s() - t0;
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), want))
+        return ST_RANK_FAIL("after rank %d died: %s: %s", victim, strata_status_name(rc),
+                            strata_last_error());
+    if (waited * 1000 > TIMEOUT_MS / 2)
+        return ST_RANK_FAIL("noticed the death only after %.1f s", waited);
+    // The next call fails at once with the same error.
+    rc = strata_barrier(c);
+    if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), want))
+        return ST_RANK_FAIL("next call after the failure: %s: %s", strata_status_name(rc),
+                            strata_last_error());
+    free(buf);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static int aborted(int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    ST_RANK_CHECK_OK(strata_barrier(c));
+    if (rank == 0) {
+        usleep(500 * 1000); // let everyone leave the first barrier and block in the second
+        strata_comm_abort(c, "operator asked to stop");
+        strata_status_t rc = strata_barrier(c);
+        if (rc != STRATA_ERR_ABORTED)
+            return ST_RANK_FAIL("barrier after own abort: %s", strata_status_name(rc));
+    } else {
+        double t0 = now_s();
+        strata_status_t rc = strata_barrier(c);
+        if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), "rank 0") ||
+            !strstr(strata_last_error(), "operator asked to stop"))
+            return ST_RANK_FAIL("barrier during abort: %s: %s", strata_status_name(rc),
+                                strata_last_error());
+        if ((now_s() - t0) * 1000 > TIMEOUT_MS / 2)
+            return ST_RANK_FAIL("abort took %.1f s to arrive", now_s() - t0);
+    }
+    strata_comm_destroy(c);
+    return 0;
+}
+
+/* Rank 1 stays alive but never joins: the others time out, naming the rank they waited for. */
+static int absent_peer(int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    ST_RANK_CHECK_OK(strata_barrier(c));
+    if (rank == 1) {
+        sleep(4);
+        strata_comm_destroy(c);
+        return 0;
+    }
+    double t0 = now_s();
+    int32_t x = 1, y;
+    strata_status_t rc = strata_allreduce(c, &x, &y, 1, STRATA_DTYPE_I32, STRATA_OP_SUM);
+    double waited = now_s() - t0;
+    // Either this rank timed out itself, or another rank's timeout reached it first; both name
+    // rank 1 as the one that never came.
+    if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
+        !strstr(strata_last_error(), "timed out") ||
+        (rank == 0 && !strstr(strata_last_error(), "from rank 1"))) // rank 0 pairs with rank 1 first
+        return ST_RANK_FAIL("absent peer: %s: %s", strata_status_name(rc), strata_last_error());
+    if (waited > 10)
+        return ST_RANK_FAIL("timeout of 2 s took %.1f s", waited);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static int connect_store(void)
+{
+    const char *addr = getenv("STRATA_STORE_ADDR");
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* While the job runs, rank 0 throws garbage at the store port; the job keeps working. */
+static int garbage_on_store(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    if (rank == 0) {
+        int silent = connect_store();                 // connects and says nothing
+        int junk = connect_store();                   // random bytes
+        int huge = connect_store();                   // a frame length of 4 GiB
+        char noise[64];
+        for (size_t i = 0; i < sizeof noise; i++)
+            noise[i] = (char)(i * 37 + 11);
+        if (silent < 0 || junk < 0 || huge < 0)
+            return ST_RANK_FAIL("could not reach the store port");
+        ssize_t w = write(junk, noise, sizeof noise);
+        uint32_t big = 0xFFFFFFFFu;
+        w += write(huge, &big, sizeof big);
+        (void)w;
+        // The store must close the junk connections (read returns 0 or an error).
+        char b;
+        struct timeval tv = {.tv_sec = 8};
+        setsockopt(junk, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(huge, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        if (read(junk, &b, 1) > 0 || read(huge, &b, 1) > 0)
+            return ST_RANK_FAIL("store answered garbage instead of closing");
+        close(junk);
+        close(huge);
+        close(silent);
+    }
+    for (int i = 0; i < 5; i++) {
+        int32_t x = rank, sum = -1;
+        ST_RANK_CHECK_OK(strata_allreduce(c, &x, &sum, 1, STRATA_DTYPE_I32, STRATA_OP_SUM));
+        if (sum != n * (n - 1) / 2)
+            return ST_RANK_FAIL("allreduce after garbage: %d", sum);
+        ST_RANK_CHECK_OK(strata_barrier(c));
+    }
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static int expect_err(strata_status_t rc, strata_status_t want, const char *needle, const char *what)
+{
+    if (rc != want || !strstr(strata_last_error(), needle))
+        return ST_RANK_FAIL("%s: got %s '%s', want %s mentioning '%s'", what, strata_status_name(rc),
+                            strata_last_error(), strata_status_name(want), needle);
+    return 0;
+}
+
+static int bad_arguments(int rank, int n, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    float f[4] = {0};
+    strata_request_t *req;
+    int bad = 0;
+    bad |= expect_err(strata_allreduce(NULL, f, f, 4, STRATA_DTYPE_F32, STRATA_OP_SUM),
+                      STRATA_ERR_INVALID_ARG, "comm is NULL", "NULL comm");
+    bad |= expect_err(strata_allreduce(c, f, f, 4, (strata_dtype_t)99, STRATA_OP_SUM),
+                      STRATA_ERR_INVALID_ARG, "dtype", "bad dtype");
+    bad |= expect_err(strata_allreduce(c, f, f, 4, STRATA_DTYPE_F32, (strata_op_t)42),
+                      STRATA_ERR_INVALID_ARG, "op", "bad op");
+    bad |= expect_err(strata_allreduce(c, NULL, f, 4, STRATA_DTYPE_F32, STRATA_OP_SUM),
+                      STRATA_ERR_INVALID_ARG, "sendbuf is NULL", "NULL sendbuf");
+    bad |= expect_err(strata_bcast(c, f, 4, STRATA_DTYPE_F32, n), STRATA_ERR_INVALID_ARG,
+                      "root", "root out of range");
+    bad |= expect_err(strata_send(c, f, 1, STRATA_DTYPE_F32, -1, 0), STRATA_ERR_INVALID_ARG,
+                      "peer -1", "bad peer");
+    bad |= expect_err(strata_send(c, f, 1, STRATA_DTYPE_F32, 0, -3), STRATA_ERR_INVALID_ARG,
+                      "tag", "negative tag");
+    bad |= expect_err(strata_iallreduce(c, f, f, 4, STRATA_DTYPE_F32, STRATA_OP_SUM, NULL),
+                      STRATA_ERR_INVALID_ARG, "request", "NULL request");
+    bad |= expect_err(strata_allreduce(c, f, f, SIZE_MAX / 2, STRATA_DTYPE_F32, STRATA_OP_SUM),
+                      STRATA_ERR_INVALID_ARG, "overflows", "huge count");
+    bad |= expect_err(strata_reduce_scatterv(c, f, f, NULL, STRATA_DTYPE_F32, STRATA_OP_SUM),
+                      STRATA_ERR_INVALID_ARG, "recvcounts", "NULL recvcounts");
+    // The communicator still works after refused calls.
+    ST_RANK_CHECK_OK(strata_allreduce(c, f, f, 4, STRATA_DTYPE_F32, STRATA_OP_SUM));
+    (void)req;
+    strata_comm_config_t cfg = strata_comm_config_default();
+    strata_comm_t *out = (strata_comm_t *)1;
+    cfg.rank = 3;
+    cfg.nranks = 2;
+    cfg.store_addr = "127.0.0.1:1";
+    cfg.job_id = "x";
+    bad |= expect_err(strata_comm_create(&cfg, &out), STRATA_ERR_INVALID_ARG, "rank 3", "rank >= nranks");
+    if (out != NULL)
+        bad |= ST_RANK_FAIL("failed create left *out set");
+    cfg.rank = 0;
+    cfg.store_addr = "nocolon";
+    bad |= expect_err(strata_comm_create(&cfg, &out), STRATA_ERR_INVALID_ARG, "host:port", "bad store address");
+    strata_comm_destroy(c);
+    return bad;
+}
+
+static void run(st_rank_fn fn, int n, const char *env, int victim)
+{
+    st_ranks_opts_t o = {.deadline_ms = 60000, .extra_env = env, .expect_fail_rank = victim};
+    if (st_test_ranks(n, fn, NULL, &o) != 0)
+        fail_msg("%d ranks (env %s) failed", n, env ? env : "-");
+}
+
+static void test_killed_shm(void **state)
+{
+    (void)state;
+    const int sizes[] = {2, 3, 5, 8};
+    for (int i = 0; i < 4; i++)
+        run(killed_mid_allreduce, sizes[i], "STRATA_COMM_TIMEOUT_MS=20000", sizes[i] - 1);
+}
+
+static void test_killed_tcp(void **state)
+{
+    (void)state;
+    const int sizes[] = {2, 3, 5, 8};
+    for (int i = 0; i < 4; i++)
+        run(killed_mid_allreduce, sizes[i], "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_TRANSPORT=tcp",
+            sizes[i] - 1);
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    run(aborted, 4, "STRATA_COMM_TIMEOUT_MS=20000", -1);
+    run(aborted, 3, "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_TRANSPORT=tcp", -1);
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    run(absent_peer, 3, "STRATA_COMM_TIMEOUT_MS=2000", -1);
+    run(absent_peer, 4, "STRATA_COMM_TIMEOUT_MS=2000;STRATA_COMM_TRANSPORT=tcp", -1);
+}
+
+static void test_garbage_store(void **state)
+{
+    (void)state;
+    run(garbage_on_store, 3, NULL, -1);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    run(bad_arguments, 1, NULL, -1);
+    run(bad_arguments, 2, NULL, -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
+        cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
