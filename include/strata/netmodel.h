@@ -13,6 +13,7 @@
 #define STRATA_NETMODEL_H
 
 #include "strata/comm.h"
+#include "strata/topo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,52 @@ STRATA_API strata_link_t strata_link_default_tcp(void);
  * value when the algorithm does not implement that collective. */
 STRATA_API double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks,
                                        double bytes, const strata_link_t *link);
+
+/* ---- groups spanning the fabric tree (src/netmodel/hier.c) ----------------------------------- */
+
+/* One dimension of a process group laid out on the tree: `size` members whose accelerator numbers
+ * differ by `stride` (a tensor-parallel group of 8 has stride 1; a data-parallel group has stride
+ * tp*cp*pp under the default mapping). A group may combine dimensions (data x context parallel). */
+typedef struct strata_group_dim {
+    int size;
+    long long stride;
+} strata_group_dim_t;
+
+#define STRATA_GROUP_MAX_DIMS 4
+
+typedef struct strata_group {
+    int ndims;
+    strata_group_dim_t dim[STRATA_GROUP_MAX_DIMS];
+} strata_group_t;
+
+/* Efficiencies the model applies per link class, and the local reduction cost. */
+typedef struct strata_net_eff {
+    double eff[STRATA_LINK_CLASS_COUNT]; /* fraction of link bandwidth reached by collectives */
+    double gamma_s_per_b;                /* seconds per byte reduced on the accelerator */
+} strata_net_eff_t;
+
+/* How one member of `group` sees the fabric when every group of the same shape runs its collective
+ * at the same time (as all data-parallel groups do). For each level the group crosses (its members
+ * sit in more than one child of that level), the bandwidth a group gets is
+ *     k * bw * efficiency / oversubscription
+ * where k is the number of members inside one child: a topology-aware collective (NCCL's rails,
+ * a hierarchical ring) drives all k members' links at once, while the D/k groups with members in a
+ * child of D accelerators share its uplink of D * bw / oversubscription. The flat link returned has the slowest crossed level's bandwidth and the largest
+ * crossed latency, so strata_netmodel_cost() on it gives the group's collective time.
+ *   aggregate  true for collectives; false for point-to-point flows, which use one link (k = 1).
+ *   top_level  receives the outermost level crossed (0 when the group stays on one accelerator,
+ *              i + 1 for topo->level[i]); may be NULL.
+ * Errors: STRATA_ERR_INVALID_ARG for a malformed group or a group larger than the tree. */
+STRATA_API strata_status_t strata_netmodel_group_link(const strata_topo_t *topo,
+                                                      const strata_group_t *group,
+                                                      const strata_net_eff_t *eff, bool aggregate,
+                                                      strata_link_t *out, int *top_level);
+
+/* Point-to-point time of `bytes` over `link`: alpha + bytes * beta. */
+STRATA_API double strata_netmodel_p2p(double bytes, const strata_link_t *link);
+
+/* Members of `group`. */
+STRATA_API long long strata_group_size(const strata_group_t *group);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ struct st_ep {
     char failed_msg[512];
     uint64_t spin_ns;
     uint64_t last_check_ns;
+    bool joined; /* creation completed: a destroy is a deliberate, clean exit */
 };
 
 static const st_transport_ops_t *const transports[ST_NTP] = {&st_shm_ops, &st_tcp_ops};
@@ -234,13 +235,13 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     ST_TRY_GOTO(store_barrier(ep), rc, fail);
     ST_LOG_INFO(ST_SUB_COMM, "endpoint up: rank %d/%d host %s%s", ep->rank, ep->nranks, ep->host,
                 ep->single_host ? " (single host)" : "");
+    ep->joined = true;
     *out = ep;
     return STRATA_OK;
 fail: {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", strata_last_error());
-    ep->failed = STRATA_ERR_ABORTED; // no goodbye: creation failed
-    st_ep_destroy(ep);
+    st_ep_destroy(ep); // not joined: no goodbye, so the store tells the others at once
     st_error_set(msg);
     return rc;
 }
@@ -266,7 +267,9 @@ void st_ep_destroy(st_ep_t *ep)
     for (int i = 0; i < ST_NTP; i++)
         if (ep->tp[i])
             transports[i]->close(ep, ep->tp[i]);
-    st_store_close(ep->store, ep->failed == STRATA_OK);
+    // Destroying is a deliberate exit even after a peer failed: say goodbye, so the store does not
+    // report this rank as failed too.
+    st_store_close(ep->store, ep->joined);
     st_store_server_close(ep->server, (int)ST_MIN(ep->timeout_ms < 0 ? 60000 : ep->timeout_ms, 60000));
     free(ep->peers);
     free(ep->live);

@@ -6,6 +6,9 @@
  * from fn(rank, n, arg) becomes its exit status (0 = pass). The parent waits up to the deadline,
  * SIGKILLs stragglers, and returns 0 only if every rank exited 0; otherwise it prints every rank's
  * exit status or signal.
+ *
+ * Inside a rank function use ST_RANK_* checks, never cmocka's assert_*: a failing assert in a child
+ * would jump back into the child's copy of the cmocka runner and run the rest of the suite there.
  */
 #ifndef ST_TEST_H
 #define ST_TEST_H

@@ -14,6 +14,7 @@ int cmd_algos(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_store(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
 int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

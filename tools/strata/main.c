@@ -10,6 +10,7 @@ static const strata_cmd_t commands[] = {
     {"launch", "start N local ranks of a program with a launcher environment", cmd_launch},
     {"bench", "measure a collective, nccl-tests style (run under strata launch)", cmd_bench},
     {"store", "serve a standalone bootstrap store", cmd_store},
+    {"plan", "predict a training step and search the best parallel configuration", cmd_plan},
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };

@@ -36,8 +36,11 @@ strata_status_t st_store_server_open(const char *addr, const char *secret,
 /* The port actually bound. */
 int st_store_server_port(const st_store_server_t *srv);
 
-/* Serves for up to timeout_ms (0 = do what is ready, return). Returns STRATA_OK, or an error only
- * for a failure of the listening socket itself; bad clients are dropped silently (logged). */
+/* Serves for up to timeout_ms (0 = do what is ready, return): one poll round that waits at most
+ * timeout_ms (< 0 = no limit) for activity, serves what is ready and returns, so callers loop and
+ * can do other work (waitpid) between rounds. Not while the server thread runs. Returns STRATA_OK,
+ * or an error only for a failure of the listening socket itself; bad clients are dropped silently
+ * (logged). */
 strata_status_t st_store_server_poll(st_store_server_t *srv, int timeout_ms);
 
 /* Starts a thread that polls until st_store_server_close(). */
@@ -51,26 +54,53 @@ int st_store_server_live_ranks(const st_store_server_t *srv);
  * that are still finishing. Frees everything. NULL is a no-op. */
 void st_store_server_close(st_store_server_t *srv, int linger_ms);
 
+/* A snapshot of the server's counters, safe to take from any thread while the server thread runs
+ * (for tests, and for tools that report on a store). */
+typedef struct st_store_server_stats {
+    int clients;    /* open connections, including those that have not said HELLO yet */
+    int live_ranks; /* ranked clients connected and not yet said goodbye */
+    int waiting;    /* GET/WAIT requests parked until their keys are set */
+    int keys;       /* keys holding a value */
+    int notices;    /* failure and abort notices issued so far */
+} st_store_server_stats_t;
+
+void st_store_server_stats(const st_store_server_t *srv, st_store_server_stats_t *out);
+
+/* Changes how long a new connection may stay silent before HELLO (default 5000 ms). Call before
+ * serving; tests use it to check the silent-client rule quickly. */
+void st_store_server_set_hello_timeout(st_store_server_t *srv, int timeout_ms);
+
+/* In a child forked from the process that serves `srv`: closes the child's copies of the server's
+ * sockets and frees the child's copy of the state, without serving or telling any client, so the
+ * parent keeps serving alone (a child holding a copy of the listener or of a connection would keep
+ * that socket open after the parent closes it). NULL is a no-op. */
+void st_store_server_atfork_child(st_store_server_t *srv);
+
 /* ---- client ------------------------------------------------------------------------------------ */
 
 /* Connects (retrying until timeout_ms, as the server may start later), sends HELLO with the secret
  * and identity (rank -1 for tools), and waits for the server's acceptance. A refused hello is
- * STRATA_ERR_REMOTE with the server's reason. */
+ * STRATA_ERR_REMOTE with the server's reason. timeout_ms (< 0 = never) also bounds how long later
+ * calls wait for the store to answer a SET, ADD or ABORT. A client is used by one thread at a time. */
 strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
                                  long long timeout_ms, st_store_t **out);
 
 strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len);
 
-/* Waits until `key` exists (or timeout_ms passes: STRATA_ERR_TIMEOUT naming the key), then returns
- * a malloc'd copy of its value (caller frees) and its length. A failure notice that arrives while
- * waiting ends the wait with STRATA_ERR_PEER_FAILED. */
+/* Waits until `key` exists (or timeout_ms passes: STRATA_ERR_TIMEOUT naming the key; 0 = only if
+ * already set; < 0 = never), then returns a malloc'd copy of its value (caller frees) and its
+ * length. A failure notice, received while waiting or before (the job is dead, so keys may never
+ * come), ends it with STRATA_ERR_PEER_FAILED and the notice's text. The copy has a NUL byte after
+ * its `len` bytes (not counted), so text values can be used as C strings. */
 strata_status_t st_store_get(st_store_t *st, const char *key, void **val, size_t *len,
                              long long timeout_ms);
 
-/* Atomically adds `delta` to the integer stored at `key` (missing = 0); returns the new value. */
+/* Atomically adds `delta` to the integer stored at `key` (missing = 0); returns the new value. The
+ * value is stored as decimal text ("42"), so a GET of the key reads it; adding to a key holding
+ * anything else, or overflowing int64, is STRATA_ERR_REMOTE naming the key. */
 strata_status_t st_store_add(st_store_t *st, const char *key, int64_t delta, int64_t *result);
 
-/* Waits until all keys exist. */
+/* Waits until all keys exist; errors as st_store_get (the timeout message names the keys). */
 strata_status_t st_store_wait(st_store_t *st, const char *const *keys, int nkeys,
                               long long timeout_ms);
 

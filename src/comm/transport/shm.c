@@ -138,8 +138,9 @@ static strata_status_t shm_open_tp(st_ep_t *ep, st_transport_t **out)
     bell_name(ep, st_ep_rank(ep), t->bell_name, sizeof t->bell_name);
     int fd = shm_open(t->bell_name, O_CREAT | O_RDWR, 0600);
     if (fd < 0) {
+        strata_status_t rc = st_error_errno(STRATA_ERR_SYSTEM, errno, "shm_open %s", t->bell_name);
         free(t);
-        return st_error_errno(STRATA_ERR_SYSTEM, errno, "shm_open %s", t->bell_name);
+        return rc;
     }
     if (ftruncate(fd, 4096) != 0) {
         int e = errno;

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# bench/compare.sh: strata against Open MPI, MPICH and Gloo, in one run, at the same sizes, with 2
+# ranks on this machine, for allreduce, allgather, reduce_scatter and broadcast.
+#
+#   bash bench/compare.sh [--strata PATH] [--sizes 8,64K,1M,16M,64M,256M] [--iters 20] [--warmup 5]
+#                         [--colls allreduce,allgather,reduce_scatter,bcast] [--transports shm,tcp]
+#                         [--peers openmpi,mpich,gloo] [--out DIR] [--timeout SECONDS]
+#
+# How to read it
+# - One table per transport and collective. Each row is one SIZE in bytes, meaning the collective's
+#   largest buffer as in nccl-tests (for allgather and reduce_scatter: all nranks blocks).
+# - Columns: strata's bus bandwidth in GB/s, then per peer its bus bandwidth and "x" = strata/peer.
+#   x > 1 means strata moved data faster. busbw = size / time * (2(n-1)/n for allreduce, (n-1)/n for
+#   allgather and reduce_scatter, 1 for broadcast), the nccl-tests definition, so numbers of
+#   different collectives compare with the link speed.
+# - Rows below 4 KiB (the 8 B row by default) show the latency instead: time per call in µs, and
+#   x = strata/peer time, so there x < 1 means strata is faster. The row is marked "lat".
+# - time = the maximum over ranks of the mean of ITERS back-to-back calls, after WARMUP calls.
+# - "FAIL" marks a result whose correctness check failed (every program checks exactly, with
+#   integer-valued float32 data); "unsupported" a collective the peer lacks (Gloo has no
+#   reduce_scatter on CPU); "missing: why" a peer that could not be built or run; nothing is skipped
+#   silently.
+# - Transports. shm: strata over shared memory, Open MPI with its default selection (the ob1 PML
+#   with the vader shared-memory BTL on a machine without InfiniBand), MPICH with its default (Debian
+#   builds ch4:ucx; on one host it uses its POSIX shared-memory module, and UCX's sysv/cma for the
+#   rest). tcp: strata with `launch --tcp`; Open MPI with `--mca pml ob1 --mca btl tcp,self
+#   --mca btl_tcp_if_include lo`; MPICH with MPIR_CVAR_NOLOCAL=1 (skip its shared-memory module;
+#   MPIR_CVAR_CH3_NOLOCAL is the same variable under an older name, there is no ch3 in this build)
+#   plus UCX_TLS=tcp,self UCX_NET_DEVICES=lo, because NOLOCAL alone hands the traffic to UCX, which
+#   then still picks sysv/cma shared memory (check: UCX_LOG_LEVEL=info prints ep_cfg[..]: tag(tcp/lo)).
+#   Gloo only has TCP: it is run once and its numbers appear in both tables, labelled gloo(tcp).
+# - Placement: no binding for anybody (strata launch does not bind, Open MPI gets --bind-to none,
+#   MPICH -bind-to none, Gloo is spawned by torch.multiprocessing). Binding changes results, so one
+#   policy for all. Open MPI gets --oversubscribe only so that it starts where it counts fewer than 2
+#   slots.
+# - Noise: on a shared or small machine run it twice; differences under ~15% are not a result.
+#
+# Output: the tables on stdout; DIR/summary.json (every number, every missing peer and why, the
+# commands) and DIR/raw/*.jsonl (each program's JSON lines). Exit status 0 when strata ran and all of
+# its checks passed, 1 otherwise; a missing or failing peer is reported but does not fail the run.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+SIZES=8,64K,1M,16M,64M,256M
+ITERS=20
+WARMUP=5
+COLLS=allreduce,allgather,reduce_scatter,bcast
+TRANSPORTS=shm,tcp
+PEERS=openmpi,mpich,gloo
+OUT=
+STRATA=${STRATA_BIN:-}
+TIMEOUT=900
+PY=/usr/bin/python3
+
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case $1 in
+    --strata) STRATA=$2; shift 2 ;;
+    --sizes) SIZES=$2; shift 2 ;;
+    --iters | -n) ITERS=$2; shift 2 ;;
+    --warmup | -w) WARMUP=$2; shift 2 ;;
+    --colls) COLLS=$2; shift 2 ;;
+    --transports) TRANSPORTS=$2; shift 2 ;;
+    --peers) PEERS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --timeout) TIMEOUT=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+COLLS=${COLLS//broadcast/bcast}
+
+if [ -z "$STRATA" ]; then
+    for c in "$root/build/release/strata" "$root/build/dev/strata"; do
+        [ -x "$c" ] && { STRATA=$c; break; }
+    done
+fi
+[ -n "$OUT" ] || OUT=$(mktemp -d "${TMPDIR:-/tmp}/strata-compare.XXXXXX")
+mkdir -p "$OUT/raw" "$OUT/bin" "$OUT/log"
+rm -f "$OUT"/raw/*.jsonl
+: >"$OUT/missing.txt"
+: >"$OUT/partial.txt"
+: >"$OUT/commands.txt"
+
+missing() { # missing RUN-NAME REASON
+    printf '%s\t%s\n' "$1" "$2" >>"$OUT/missing.txt"
+    echo "compare.sh: $1 missing: $2" >&2
+}
+has_peer() { case ",$PEERS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+has_transport() { case ",$TRANSPORTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# run NAME LABEL COMMAND...: runs a benchmark program, appending its JSON lines (the launcher's
+# "[r0] " prefix removed) to raw/NAME.jsonl; its output is kept in log/LABEL.{out,err}. A run that
+# fails without a single result makes NAME missing; one that fails after some results is "partial".
+run() {
+    local name=$1 label=$2
+    shift 2
+    printf '%s: %s\n' "$label" "$*" >>"$OUT/commands.txt"
+    echo "compare.sh: running $label" >&2
+    timeout -k 10 "$TIMEOUT" "$@" >"$OUT/log/$label.out" 2>"$OUT/log/$label.err" </dev/null
+    local rc=$?
+    local got
+    got=$(sed -n 's/^\(\[r[0-9]*\] \)\{0,1\}\({.*}\)$/\2/p' "$OUT/log/$label.out")
+    [ -n "$got" ] && printf '%s\n' "$got" >>"$OUT/raw/$name.jsonl"
+    if [ $rc -ne 0 ]; then
+        local why="exit status $rc"
+        [ $rc -eq 124 ] && why="timed out after ${TIMEOUT}s"
+        why="$label: $why: $(grep -v '^[[:space:]]*$' "$OUT/log/$label.err" | tail -n 2 | tr '\n' ' ' | cut -c1-300)"
+        if [ -z "$got" ]; then
+            missing "$name" "$why"
+        else
+            echo "compare.sh: partial results: $why" >&2
+            printf '%s\t%s\n' "$name" "$why" >>"$OUT/partial.txt"
+        fi
+    fi
+}
+
+# ---- build the peers ----------------------------------------------------------------------------
+
+ompi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+ompi_run=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 2)
+mpich_run=(mpirun.mpich -bind-to none -np 2)
+peer_args=(--sizes "$SIZES" -n "$ITERS" -w "$WARMUP" -c 1 --json)
+
+build_mpi() { # build_mpi NAME COMPILER LAUNCHER
+    local name=$1 cc=$2 launcher=$3
+    if ! command -v "$cc" >/dev/null; then
+        missing "$name" "$cc not found (Debian package lib$name-dev)"
+        return 1
+    fi
+    if ! command -v "$launcher" >/dev/null; then
+        missing "$name" "$launcher not found"
+        return 1
+    fi
+    if ! "$cc" -O2 -o "$OUT/bin/peer_$name" "$here/peer_mpi.c" 2>"$OUT/log/build_$name.err"; then
+        missing "$name" "build with $cc failed: $(head -n 3 "$OUT/log/build_$name.err" | tr '\n' ' ')"
+        return 1
+    fi
+}
+have_openmpi=0 have_mpich=0 have_gloo=0
+has_peer openmpi && build_mpi openmpi mpicc.openmpi mpirun.openmpi && have_openmpi=1
+has_peer mpich && build_mpi mpich mpicc.mpich mpirun.mpich && have_mpich=1
+if has_peer gloo; then
+    if "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>"$OUT/log/gloo_probe.err"; then
+        have_gloo=1
+    else
+        missing gloo "$PY cannot import torch.distributed with gloo: $(tail -n 1 "$OUT/log/gloo_probe.err")"
+    fi
+fi
+have_strata=0
+if [ -n "$STRATA" ] && [ -x "$STRATA" ]; then
+    have_strata=1
+else
+    missing strata "no strata binary (build it: cmake --preset release && cmake --build build/release, or pass --strata PATH)"
+fi
+
+# ---- run ----------------------------------------------------------------------------------------
+
+for tr in shm tcp; do
+    has_transport $tr || continue
+    if [ $have_strata = 1 ]; then
+        flag=()
+        [ $tr = tcp ] && flag=(--tcp)
+        for c in ${COLLS//,/ }; do
+            run "strata-$tr" "strata-$tr-$c" "$STRATA" launch -n 2 "${flag[@]}" -- \
+                "$STRATA" bench "$c" "${peer_args[@]}" || true
+        done
+    fi
+    if [ $have_openmpi = 1 ]; then
+        mca=()
+        [ $tr = tcp ] && mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+        run "openmpi-$tr" "openmpi-$tr" "${ompi_env[@]}" "${ompi_run[@]}" "${mca[@]}" "$OUT/bin/peer_openmpi" \
+            -C "$COLLS" "${peer_args[@]}" || true
+    fi
+    if [ $have_mpich = 1 ]; then
+        genv=()
+        [ $tr = tcp ] && genv=(-genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES lo)
+        run "mpich-$tr" "mpich-$tr" "${mpich_run[@]}" "${genv[@]}" "$OUT/bin/peer_mpich" -C "$COLLS" \
+            "${peer_args[@]}" || true
+    fi
+done
+if [ $have_gloo = 1 ]; then
+    run "gloo-tcp" "gloo-tcp" "$PY" "$here/peer_gloo.py" --nranks 2 -C "$COLLS" "${peer_args[@]}" || true
+fi
+
+# ---- report -------------------------------------------------------------------------------------
+
+"$PY" - "$OUT" "$SIZES" "$COLLS" "$TRANSPORTS" "$ITERS" "$WARMUP" <<'EOF'
+import json, os, sys
+
+out, sizes_arg, colls_arg, transports_arg, iters, warmup = sys.argv[1:7]
+colls = colls_arg.split(",")
+transports = [t for t in ("shm", "tcp") if t in transports_arg.split(",")]
+PEERS = ("openmpi", "mpich", "gloo")
+LAT_BELOW = 4096
+
+def parse_size(t):
+    t = t.strip()
+    if t[-1:] in "bB" and not t[-2:-1].isdigit():
+        t = t[:-1]
+    mul = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(t[-1:].lower(), 1)
+    return int(t[:-1] if mul > 1 else t) * mul
+
+def load(name):
+    recs = {}
+    try:
+        with open(os.path.join(out, "raw", name + ".jsonl")) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                recs[(r.get("coll"), r.get("size_bytes"))] = r
+    except FileNotFoundError:
+        pass
+    return recs
+
+missing = {}
+with open(os.path.join(out, "missing.txt")) as f:
+    for line in f:
+        k, _, why = line.rstrip("\n").partition("\t")
+        missing[k] = why
+partial = {}
+with open(os.path.join(out, "partial.txt")) as f:
+    for line in f:
+        k, _, why = line.rstrip("\n").partition("\t")
+        partial.setdefault(k, []).append(why)
+
+def run_name(impl, tr):
+    return "gloo-tcp" if impl == "gloo" else "%s-%s" % (impl, tr)
+
+def why_missing(impl, tr):
+    for k in (run_name(impl, tr), impl):
+        if k in missing:
+            return missing[k]
+    return None
+
+def fmt_bw(r):
+    if r is None:
+        return "-"
+    if r.get("unsupported"):
+        return "unsupported"
+    s = "%.3f" % r["busbw_gbs"]
+    return s + (" FAIL" if r.get("correct") is False else "")
+
+def fmt_lat(r):
+    if r is None:
+        return "-"
+    if r.get("unsupported"):
+        return "unsupported"
+    s = "%.1fus" % r["time_us"]
+    return s + (" FAIL" if r.get("correct") is False else "")
+
+summary = {"nranks": 2, "iters": int(iters), "warmup": int(warmup), "sizes_requested": sizes_arg,
+           "missing": missing, "partial": partial, "tables": {}}
+try:
+    summary["commands"] = open(os.path.join(out, "commands.txt")).read().splitlines()
+except FileNotFoundError:
+    pass
+strata_bad = 0
+for tr in transports:
+    data = {impl: load(run_name(impl, tr)) for impl in ("strata",) + PEERS}
+    for coll in colls:
+        sizes = sorted({s for recs in data.values() for (c, s) in recs if c == coll})
+        print()
+        labels = ["strata"] + [p + ("(tcp)" if p == "gloo" else "") for p in PEERS]
+        print("== %s over %s, 2 ranks: busbw GB/s, x = strata/peer (latency rows: us, x = strata/peer time)"
+              % (coll, tr))
+        for impl in ("strata",) + PEERS:
+            w = why_missing(impl, tr)
+            if w:
+                print("   %s: missing (%s)" % (impl, w))
+            for why in partial.get(run_name(impl, tr), []):
+                if coll in why or impl != "strata":
+                    print("   %s: partial (%s)" % (impl, why))
+        hdr = "%12s %4s %14s" % ("size(B)", "", "strata")
+        for l in labels[1:]:
+            hdr += " %14s %7s" % (l, "x")
+        print(hdr)
+        rows = []
+        for s in sizes:
+            st = data["strata"].get((coll, s))
+            lat = s < LAT_BELOW
+            line = "%12d %4s %14s" % (s, "lat" if lat else "", fmt_lat(st) if lat else fmt_bw(st))
+            row = {"size_bytes": s, "strata": st}
+            if st is not None and st.get("correct") is False:
+                strata_bad += 1
+            for p in PEERS:
+                r = data[p].get((coll, s))
+                row[p] = r
+                ratio = None
+                ok = r is not None and st is not None and not r.get("unsupported")
+                if ok and lat and r["time_us"] > 0:
+                    ratio = st["time_us"] / r["time_us"]
+                elif ok and not lat and r["busbw_gbs"] > 0:
+                    ratio = st["busbw_gbs"] / r["busbw_gbs"]
+                row["x_" + p] = ratio
+                cell = fmt_lat(r) if lat else fmt_bw(r)
+                if r is None and why_missing(p, tr):
+                    cell = "missing"
+                line += " %14s %7s" % (cell, "%.2f" % ratio if ratio is not None else "-")
+            row["kind"] = "latency" if lat else "busbw"
+            rows.append(row)
+            print(line)
+        summary["tables"].setdefault(tr, {})[coll] = rows
+
+path = os.path.join(out, "summary.json")
+with open(path, "w") as f:
+    json.dump(summary, f, indent=1)
+print()
+print("summary: %s (raw JSON lines in %s/raw, logs in %s/log)" % (path, out, out))
+strata_failed = strata_bad or any(k == "strata" or k.startswith("strata-") for k in missing) \
+    or any(k.startswith("strata-") for k in partial)
+sys.exit(1 if strata_failed else 0)
+EOF

@@ -1,0 +1,127 @@
+/* The fabric as a tree of levels.
+ *
+ * Level 0 is one accelerator (a GPU, a GCD, a CPU rank). Each level above groups `fanout` units of
+ * the level below: 8 GPUs make a host, 2 hosts a rack, 192 racks a pod, 8 pods a cluster. A level
+ * says how fast traffic moves between its children:
+ *
+ *   bw_Bps       bandwidth per accelerator, one direction, for traffic that crosses between two
+ *                children of this level (NVLink per GPU at the host level, NIC per GPU above it)
+ *   latency_s    one-way latency of a message that crosses between children of this level
+ *   oversub      >= 1; the children's injection capacity divided by what this level's switches
+ *                carry for them (1 = full bisection, 7 = the 1:7 aggregation layer of a 24K
+ * cluster) link_class   scale-up (NVLink, xGMI, shared memory) or scale-out (InfiniBand, RoCE,
+ * TCP): the network cost model applies a calibrated efficiency per class efficiency   fraction of
+ * bw_Bps that collectives reach on this level; 0 = the class default
+ *
+ * Accelerators are numbered by packing the tree innermost first: accelerator r sits in host
+ * r / 8, rack r / 16 and so on. strata_topo_t is a plain value (no allocation, copy freely); it is
+ * built by presets, read from a JSON cluster file, or assembled level by level. Later parts (Slurm
+ * topology.conf, hwloc, probes) fill the same structure.
+ *
+ * Thread-safety: every function only reads or writes the structure it is given.
+ */
+#ifndef STRATA_TOPO_H
+#define STRATA_TOPO_H
+
+#include "strata/status.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_TOPO_MAX_LEVELS 8
+#define STRATA_TOPO_NAME_MAX   48
+
+typedef enum strata_link_class {
+    STRATA_LINK_SCALE_UP = 0,  /* NVLink / NVSwitch, Infinity Fabric, shared memory */
+    STRATA_LINK_SCALE_OUT = 1, /* InfiniBand, RoCE, Slingshot, TCP */
+    STRATA_LINK_CLASS_COUNT
+} strata_link_class_t;
+
+typedef struct strata_topo_level {
+    char name[STRATA_TOPO_NAME_MAX]; /* "host", "rack", "pod", "zone", ... */
+    int fanout;                      /* units of the level below in one unit of this level, >= 1 */
+    double bw_Bps;                   /* per accelerator, per direction, bytes/s, > 0 */
+    double latency_s;                /* one-way per message, seconds, >= 0 */
+    double oversub;                  /* >= 1 */
+    strata_link_class_t link_class;
+    double efficiency; /* (0, 1], or 0 for the calibrated class default */
+} strata_topo_level_t;
+
+typedef struct strata_topo {
+    char name[STRATA_TOPO_NAME_MAX];
+    char accel[STRATA_TOPO_NAME_MAX]; /* accelerator preset the cluster is built from ("" = any) */
+    int nlevels;                      /* levels above the accelerator, innermost first */
+    strata_topo_level_t level[STRATA_TOPO_MAX_LEVELS];
+} strata_topo_t;
+
+/* Empties *topo and names it. */
+STRATA_API void strata_topo_init(strata_topo_t *topo, const char *name);
+
+/* Appends a level above the current outermost one. Errors: STRATA_ERR_INVALID_ARG when the level is
+ * malformed (fanout < 1, bandwidth <= 0, oversub < 1, efficiency outside [0, 1]) or the tree
+ * already has STRATA_TOPO_MAX_LEVELS levels; the message names the level and the field. */
+STRATA_API strata_status_t strata_topo_add_level(strata_topo_t *topo,
+                                                 const strata_topo_level_t *lvl);
+
+/* Checks every level as strata_topo_add_level does and that the tree holds at least one level. */
+STRATA_API strata_status_t strata_topo_validate(const strata_topo_t *topo);
+
+/* Accelerators in one unit of level `l` (0 = one accelerator, nlevels = the whole cluster).
+ * Saturates at LLONG_MAX / 2 for absurd trees. */
+STRATA_API long long strata_topo_domain_size(const strata_topo_t *topo, int l);
+
+/* Accelerators in the whole tree. */
+STRATA_API long long strata_topo_capacity(const strata_topo_t *topo);
+
+/* The path of accelerator `rank` in the tree: coord[i] is its index among the children of its
+ * level-(i+1) unit, for i in [0, nlevels). Errors: STRATA_ERR_INVALID_ARG for a rank outside the
+ * tree. */
+STRATA_API strata_status_t strata_topo_rank_path(const strata_topo_t *topo, long long rank,
+                                                 int coord[STRATA_TOPO_MAX_LEVELS]);
+
+/* The lowest level whose unit holds both ranks (0 when a == b). */
+STRATA_API int strata_topo_common_level(const strata_topo_t *topo, long long a, long long b);
+
+/* Index of the level named `name`, or -1. */
+STRATA_API int strata_topo_find_level(const strata_topo_t *topo, const char *name);
+
+/* "scale-up" / "scale-out"; parse accepts those and "up"/"out". */
+STRATA_API const char *strata_link_class_name(strata_link_class_t cls);
+STRATA_API strata_status_t strata_link_class_parse(const char *text, strata_link_class_t *out);
+
+/* ---- presets and files -------------------------------------------------------------------------
+ */
+
+/* Built-in cluster presets: "dgx-a100-superpod", "h100-roce-24k", "frontier", "cpu-local", ...
+ * Errors: STRATA_ERR_INVALID_ARG for an unknown name (the message lists the known ones). */
+STRATA_API strata_status_t strata_topo_preset(const char *name, strata_topo_t *out);
+STRATA_API int strata_topo_preset_count(void);
+STRATA_API const char *strata_topo_preset_name(int i);
+STRATA_API const char *strata_topo_preset_summary(int i);
+
+/* Reads a cluster file (JSON; format in docs/plan.md):
+ *   {"name": "...", "accelerator": "h100-sxm", "levels": [
+ *      {"name": "host", "fanout": 8, "bandwidth_GBps": 450, "latency_us": 3,
+ *       "oversubscription": 1, "class": "scale-up"}, ...]}
+ * Errors: STRATA_ERR_IO when the file cannot be read, STRATA_ERR_PARSE for malformed JSON or a bad
+ * field; the message is "path:line: expected ...". */
+STRATA_API strata_status_t strata_topo_load(const char *path, strata_topo_t *out);
+
+/* Parses the same format from a string; `origin` names it in messages. */
+STRATA_API strata_status_t strata_topo_parse(const char *text, const char *origin,
+                                             strata_topo_t *out);
+
+/* Writes the tree as a cluster file (the format strata_topo_load reads). */
+STRATA_API void strata_topo_write_json(const strata_topo_t *topo, FILE *f);
+
+/* Writes a human-readable table of the levels. */
+STRATA_API void strata_topo_describe(const strata_topo_t *topo, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

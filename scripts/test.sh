@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, then builds and runs every test in the release
+# build (warnings as errors) and in the AddressSanitizer+UBSan build, and the unit and multi-rank
+# tests under ThreadSanitizer. Usage: scripts/test.sh [release|asan|tsan ...] (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+presets=("$@")
+((${#presets[@]})) || presets=(release asan tsan)
+jobs=$(nproc)
+for p in "${presets[@]}"; do
+    echo "=== $p build ==="
+    cmake --preset "$p" >/dev/null
+    cmake --build --preset "$p" -j "$jobs"
+    labels=()
+    # TSan runs the tests whose threads matter (store server, multi-rank); the rest gain nothing.
+    [ "$p" = tsan ] && labels=(-L "unit|mr")
+    echo "=== $p tests ==="
+    (cd "build/$p" && ctest --output-on-failure -j "$jobs" "${labels[@]}")
+done

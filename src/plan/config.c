@@ -1,0 +1,445 @@
+/* Configuration values of the planner: defaults, names and parsers of the enums, and validation of
+ * models, accelerators, problems and parallel configurations with messages that name the violated
+ * constraint. The search uses st_plan_check_fast(), which answers the same question without
+ * formatting text. */
+#include "base/base.h"
+#include "plan/plan_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int heads, int vocab,
+                                int seq)
+{
+    strata_model_t m = {.layers = layers,
+                        .hidden = hidden,
+                        .heads = heads,
+                        .kv_heads = heads,
+                        .ffn = 4 * hidden,
+                        .vocab = vocab,
+                        .seq = seq,
+                        .mlp = STRATA_MLP_GELU,
+                        .bias = true,
+                        .tied_embeddings = true,
+                        .learned_pos = true,
+                        .dropout = true};
+    snprintf(m.name, sizeof m.name, "%s", name ? name : "gpt");
+    return m;
+}
+
+strata_status_t strata_model_validate(const strata_model_t *m)
+{
+    const char *n = m->name[0] ? m->name : "model";
+#define POS(field)    \
+    if (m->field < 1) \
+    return st_error(STRATA_ERR_INVALID_ARG, "%s: expected " #field " >= 1, got %d", n, m->field)
+    POS(layers);
+    POS(hidden);
+    POS(heads);
+    POS(kv_heads);
+    POS(ffn);
+    POS(vocab);
+    POS(seq);
+#undef POS
+    if (m->hidden % m->heads)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: expected heads (%d) to divide hidden (%d)", n,
+                        m->heads, m->hidden);
+    if (m->heads % m->kv_heads)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: expected kv_heads (%d) to divide heads (%d)",
+                        n, m->kv_heads, m->heads);
+    if ((unsigned)m->mlp > STRATA_MLP_SWIGLU)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: expected mlp gelu or swiglu", n);
+    return STRATA_OK;
+}
+
+strata_training_t strata_training_default(void)
+{
+    return (strata_training_t){.global_batch = 512,
+                               .micro_batch = 1,
+                               .precision = STRATA_PREC_BF16,
+                               .optimizer = STRATA_OPT_ADAMW,
+                               .recompute = STRATA_RECOMPUTE_SELECTIVE,
+                               .sequence_parallel = true,
+                               .flash_attention = true};
+}
+
+strata_parallel_t strata_parallel_default(void)
+{
+    strata_parallel_t p = {.tp = 1,
+                           .cp = 1,
+                           .pp = 1,
+                           .vp = 1,
+                           .dp = 1,
+                           .zero = 1,
+                           .zero_secondary = 1,
+                           .schedule = STRATA_SCHED_1F1B};
+    p.overlap[STRATA_DIM_DP] = true;
+    p.overlap[STRATA_DIM_PP] = true;
+    for (int i = 0; i < STRATA_DIM_COUNT; i++)
+        p.order[i] = (strata_dim_t)i;
+    return p;
+}
+
+/* ---- names -------------------------------------------------------------------------------------
+ */
+
+static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
+static const char *const opt_names[] = {"adam", "adamw", "lamb"};
+static const char *const rc_names[] = {"none", "selective", "full"};
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const dim_names[] = {"tp", "cp", "pp", "dp"};
+
+#define NAME_OR(arr, i) ((unsigned)(i) < sizeof arr / sizeof arr[0] ? arr[i] : "?")
+
+const char *strata_precision_name(strata_precision_t p)
+{
+    return NAME_OR(prec_names, p);
+}
+const char *strata_optimizer_name(strata_optimizer_t o)
+{
+    return NAME_OR(opt_names, o);
+}
+const char *strata_recompute_name(strata_recompute_t r)
+{
+    return NAME_OR(rc_names, r);
+}
+const char *strata_schedule_name(strata_schedule_t s)
+{
+    return NAME_OR(sched_names, s);
+}
+const char *strata_dim_name(strata_dim_t d)
+{
+    return NAME_OR(dim_names, d);
+}
+
+static strata_status_t parse_enum(const char *s, const char *const *names, int n, const char *what,
+                                  int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return STRATA_OK;
+        }
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= sizeof list - used)
+            break;
+        used += (size_t)w;
+    }
+    return st_error(STRATA_ERR_INVALID_ARG, "expected %s (one of: %s), got '%s'", what, list, s);
+}
+
+strata_status_t strata_precision_parse(const char *s, strata_precision_t *out)
+{
+    int v = 0;
+    ST_TRY(parse_enum(s, prec_names, 3, "precision", &v));
+    *out = (strata_precision_t)v;
+    return STRATA_OK;
+}
+
+strata_status_t strata_optimizer_parse(const char *s, strata_optimizer_t *out)
+{
+    int v = 0;
+    ST_TRY(parse_enum(s, opt_names, 3, "optimizer", &v));
+    *out = (strata_optimizer_t)v;
+    return STRATA_OK;
+}
+
+strata_status_t strata_recompute_parse(const char *s, strata_recompute_t *out)
+{
+    int v = 0;
+    ST_TRY(parse_enum(s, rc_names, 3, "recompute", &v));
+    *out = (strata_recompute_t)v;
+    return STRATA_OK;
+}
+
+strata_status_t strata_schedule_parse(const char *s, strata_schedule_t *out)
+{
+    int v = 0;
+    if (!strcmp(s, "zbh1") || !strcmp(s, "zero-bubble")) {
+        *out = STRATA_SCHED_ZB_H1;
+        return STRATA_OK;
+    }
+    ST_TRY(parse_enum(s, sched_names, STRATA_SCHED_COUNT, "schedule", &v));
+    *out = (strata_schedule_t)v;
+    return STRATA_OK;
+}
+
+static int dim_index(const char *s, size_t len)
+{
+    for (int i = 0; i < STRATA_DIM_COUNT; i++)
+        if (strlen(dim_names[i]) == len && !strncmp(s, dim_names[i], len))
+            return i;
+    return -1;
+}
+
+strata_status_t strata_order_parse(const char *s, strata_dim_t order[STRATA_DIM_COUNT])
+{
+    int n = 0;
+    unsigned seen = 0;
+    const char *p = s;
+    while (*p) {
+        size_t len = strcspn(p, ",+ ");
+        int d = dim_index(p, len);
+        if (d < 0 || (seen & (1u << d)) || n >= STRATA_DIM_COUNT)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "expected an order of tp,cp,pp,dp, each once, "
+                            "innermost first, got '%s'",
+                            s);
+        seen |= 1u << d;
+        order[n++] = (strata_dim_t)d;
+        p += len;
+        while (*p == ',' || *p == '+' || *p == ' ')
+            p++;
+    }
+    if (n != STRATA_DIM_COUNT)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected an order naming all of tp,cp,pp,dp, got "
+                        "'%s'",
+                        s);
+    return STRATA_OK;
+}
+
+strata_status_t strata_overlap_parse(const char *s, bool overlap[STRATA_DIM_COUNT])
+{
+    for (int i = 0; i < STRATA_DIM_COUNT; i++)
+        overlap[i] = !strcmp(s, "all");
+    if (!strcmp(s, "all") || !strcmp(s, "none") || !*s)
+        return STRATA_OK;
+    const char *p = s;
+    while (*p) {
+        size_t len = strcspn(p, ",+ ");
+        int d = dim_index(p, len);
+        if (d < 0)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "expected overlap 'none', 'all' or a list of "
+                            "tp,cp,pp,dp joined by '+', got '%s'",
+                            s);
+        overlap[d] = true;
+        p += len;
+        while (*p == ',' || *p == '+' || *p == ' ')
+            p++;
+    }
+    return STRATA_OK;
+}
+
+const char *strata_parallel_format(const strata_parallel_t *p, char *buf, size_t size)
+{
+    char z2[24] = "";
+    if (p->zero == 3 && p->zero_secondary > 1)
+        snprintf(z2, sizeof z2, "/hpz%d", p->zero_secondary);
+    snprintf(buf, size, "tp%d cp%d pp%d vp%d dp%d zero%d%s %s", p->tp, p->cp, p->pp, p->vp, p->dp,
+             p->zero, z2, strata_schedule_name(p->schedule));
+    return buf;
+}
+
+/* ---- accelerators and problems -----------------------------------------------------------------
+ */
+
+strata_status_t strata_accel_validate(const strata_accel_t *a)
+{
+    const char *n = a->name[0] ? a->name : "accelerator";
+    if (!(a->peak_flops_16 > 0) || !(a->peak_flops_32 > 0))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: expected positive peak FLOP/s", n);
+    if (!(a->mem_bytes > 0) || !(a->mem_bw_Bps > 0))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: expected positive memory capacity and bandwidth", n);
+    if (!(a->gemm_eff > 0 && a->gemm_eff <= 1))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: expected gemm efficiency in (0, 1], got %g", n,
+                        a->gemm_eff);
+    if (!(a->gemm_dim0 >= 0) || !(a->reserved_bytes >= 0) || !(a->kernel_floor_s >= 0))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: expected non-negative gemm_dim0, reserved "
+                        "memory and kernel floor",
+                        n);
+    if (a->reserved_bytes >= a->mem_bytes)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: reserved memory exceeds capacity", n);
+    return STRATA_OK;
+}
+
+int st_seq(const strata_plan_problem_t *pb)
+{
+    return pb->train.seq > 0 ? pb->train.seq : pb->model.seq;
+}
+
+long long st_gpus(const strata_plan_problem_t *pb)
+{
+    return pb->gpus > 0 ? pb->gpus : strata_topo_capacity(&pb->topo);
+}
+
+strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
+{
+    ST_TRY(strata_model_validate(&pb->model));
+    ST_TRY(strata_accel_validate(&pb->accel));
+    ST_TRY(strata_topo_validate(&pb->topo));
+    const strata_training_t *t = &pb->train;
+    if (t->global_batch < 1 || t->micro_batch < 1)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "training: expected global_batch and micro_batch >= 1, "
+                        "got %d and %d",
+                        t->global_batch, t->micro_batch);
+    if (t->seq < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq >= 0, got %d", t->seq);
+    if ((unsigned)t->precision > STRATA_PREC_FP32 || (unsigned)t->optimizer > STRATA_OPT_LAMB ||
+        (unsigned)t->recompute > STRATA_RECOMPUTE_FULL)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "training: precision, optimizer or recompute out of "
+                        "range");
+    if (t->grad_bytes != 0 && t->grad_bytes != 2 && t->grad_bytes != 4)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "training: expected grad_bytes 0 (default), 2 or 4, "
+                        "got %d",
+                        t->grad_bytes);
+    long long cap = strata_topo_capacity(&pb->topo);
+    if (pb->gpus < 0 || pb->gpus > cap)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected 1 to %lld accelerators on cluster %s, got "
+                        "%lld",
+                        cap, pb->topo.name, pb->gpus);
+    for (int i = 0; i < STRATA_CALIB_NPARAMS; i++) {
+        double v = *strata_calib_param((strata_calib_t *)&pb->calib, i);
+        if (!(v >= 0 && v <= 2))
+            return st_error(STRATA_ERR_INVALID_ARG, "calibration: expected %s in [0, 2], got %g",
+                            strata_calib_param_name(i), v);
+    }
+    return STRATA_OK;
+}
+
+/* ---- parallel configuration checks --------------------------------------------------------------
+ */
+
+enum {
+    CK_OK = 0,
+    CK_SIZES,
+    CK_PRODUCT,
+    CK_TP_HEADS,
+    CK_TP_FFN,
+    CK_CP_SEQ,
+    CK_PP_LAYERS,
+    CK_VP,
+    CK_BATCH,
+    CK_INTERLEAVE_M,
+    CK_ZERO,
+    CK_ZERO2ND,
+    CK_ORDER,
+    CK_SCHED,
+};
+
+int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t *par)
+{
+    const strata_model_t *m = &pb->model;
+    if (par->tp < 1 || par->cp < 1 || par->pp < 1 || par->vp < 1 || par->dp < 1)
+        return CK_SIZES;
+    if ((long long)par->tp * par->cp * par->pp * par->dp != st_gpus(pb))
+        return CK_PRODUCT;
+    if (m->heads % par->tp || m->kv_heads % par->tp)
+        return CK_TP_HEADS;
+    if (m->ffn % par->tp)
+        return CK_TP_FFN;
+    int s = st_seq(pb);
+    if (par->cp > 1 && s % (2 * par->cp))
+        return CK_CP_SEQ;
+    if (par->pp > m->layers)
+        return CK_PP_LAYERS;
+    if ((unsigned)par->schedule >= STRATA_SCHED_COUNT)
+        return CK_SCHED;
+    if (par->schedule == STRATA_SCHED_INTERLEAVED ? (par->vp < 2 || par->pp < 2) : par->vp != 1)
+        return CK_VP;
+    if ((long long)par->pp * par->vp > m->layers)
+        return CK_VP;
+    long long per_replica =
+        pb->train.global_batch % par->dp ? -1 : pb->train.global_batch / par->dp;
+    if (per_replica < 1 || per_replica % pb->train.micro_batch)
+        return CK_BATCH;
+    long long mb = per_replica / pb->train.micro_batch;
+    if (par->schedule == STRATA_SCHED_INTERLEAVED && mb % par->pp)
+        return CK_INTERLEAVE_M;
+    if (par->zero < 0 || par->zero > 3)
+        return CK_ZERO;
+    if (par->zero_secondary < 1 || (par->zero_secondary > 1 && par->zero != 3) ||
+        (par->dp * par->cp) % par->zero_secondary)
+        return CK_ZERO2ND;
+    unsigned seen = 0;
+    for (int i = 0; i < STRATA_DIM_COUNT; i++) {
+        if ((unsigned)par->order[i] >= STRATA_DIM_COUNT || (seen & (1u << par->order[i])))
+            return CK_ORDER;
+        seen |= 1u << par->order[i];
+    }
+    return CK_OK;
+}
+
+strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_parallel_t *par)
+{
+    ST_TRY(strata_plan_problem_validate(pb));
+    const strata_model_t *m = &pb->model;
+    const strata_training_t *t = &pb->train;
+    int s = st_seq(pb);
+    switch (st_plan_check_fast(pb, par)) {
+    case CK_OK:
+        return STRATA_OK;
+    case CK_SIZES:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected tp, cp, pp, vp and dp >= 1, got tp=%d "
+                        "cp=%d pp=%d vp=%d dp=%d",
+                        par->tp, par->cp, par->pp, par->vp, par->dp);
+    case CK_PRODUCT:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected tp*cp*pp*dp = %lld accelerators, got "
+                        "%d*%d*%d*%d = %lld",
+                        st_gpus(pb), par->tp, par->cp, par->pp, par->dp,
+                        (long long)par->tp * par->cp * par->pp * par->dp);
+    case CK_TP_HEADS:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected tp=%d to divide the attention heads (%d) "
+                        "and key/value heads (%d)",
+                        par->tp, m->heads, m->kv_heads);
+    case CK_TP_FFN:
+        return st_error(STRATA_ERR_INVALID_ARG, "expected tp=%d to divide the FFN size %d", par->tp,
+                        m->ffn);
+    case CK_CP_SEQ:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected the sequence (%d) to split into 2*cp=%d "
+                        "equal chunks (load-balanced causal context parallelism)",
+                        s, 2 * par->cp);
+    case CK_PP_LAYERS:
+        return st_error(STRATA_ERR_INVALID_ARG, "expected pp=%d <= layers=%d", par->pp, m->layers);
+    case CK_SCHED:
+        return st_error(STRATA_ERR_INVALID_ARG, "unknown pipeline schedule");
+    case CK_VP:
+        if (par->schedule == STRATA_SCHED_INTERLEAVED && (par->vp < 2 || par->pp < 2))
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "expected the interleaved schedule to have pp >= 2 "
+                            "and vp >= 2, got pp=%d vp=%d",
+                            par->pp, par->vp);
+        if (par->schedule != STRATA_SCHED_INTERLEAVED && par->vp != 1)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "expected vp=1 for the %s schedule (virtual stages "
+                            "need 'interleaved'), got vp=%d",
+                            strata_schedule_name(par->schedule), par->vp);
+        return st_error(STRATA_ERR_INVALID_ARG, "expected pp*vp = %d model chunks <= layers=%d",
+                        par->pp * par->vp, m->layers);
+    case CK_BATCH:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected global_batch=%d to divide into dp=%d "
+                        "replicas of whole micro-batches of %d",
+                        t->global_batch, par->dp, t->micro_batch);
+    case CK_INTERLEAVE_M:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected the interleaved schedule's micro-batches "
+                        "per pipeline (%d) to be a multiple of pp=%d",
+                        t->global_batch / par->dp / t->micro_batch, par->pp);
+    case CK_ZERO:
+        return st_error(STRATA_ERR_INVALID_ARG, "expected ZeRO stage 0 to 3, got %d", par->zero);
+    case CK_ZERO2ND:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected the ZeRO secondary partition (%d) to be 1, "
+                        "or with ZeRO-3 to divide the data x context parallel size %d",
+                        par->zero_secondary, par->dp * par->cp);
+    case CK_ORDER:
+        return st_error(STRATA_ERR_INVALID_ARG, "expected the order to name tp, cp, pp and dp once "
+                                                "each");
+    }
+    return st_error(STRATA_ERR_INTERNAL, "unknown configuration check");
+}
