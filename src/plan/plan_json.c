@@ -3,7 +3,7 @@
  * same format. Field names and units are documented in docs/plan.md. */
 #include "base/base.h"
 #include "plan/plan_internal.h"
-#include "topo/st_json.h"
+#include "base/json.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * file, the line and what was expected, and written back in the same format. */
 #include "base/base.h"
 #include "strata/topo.h"
-#include "topo/st_json.h"
+#include "base/json.h"
 
 #include <stdio.h>
 #include <string.h>

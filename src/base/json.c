@@ -3,7 +3,7 @@
  * field is found by searching the text for the key, because json-c does not keep source positions;
  * when a key repeats, callers pass which occurrence they mean. Nothing here knows about topologies
  * or plans. */
-#include "topo/st_json.h"
+#include "base/json.h"
 
 #include "base/base.h"
 
