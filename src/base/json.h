@@ -3,7 +3,7 @@
  * A thin layer over json-c shared by the topology and planner readers: load a file, locate a key's
  * line for error messages (json-c keeps no positions, so the line of the n-th occurrence of "key":
  * in the text is used), and typed getters that raise STRATA_ERR_PARSE "file:line: expected ...".
- * Internal to strata; candidates to move to src/base once another part needs them.
+ * Internal to strata; it lives in base because the topology and planner readers both use it.
  */
 #ifndef ST_JSON_H
 #define ST_JSON_H
