@@ -1,17 +1,18 @@
 /* peer_mpi: the measurement loop of `strata bench`, for an MPI library, so bench/compare.sh can put
- * strata next to Open MPI and MPICH in the same run. Built outside CMake with the MPI's own wrapper:
+ * strata next to Open MPI and MPICH in the same run. Built outside CMake with the MPI's own
+ * wrapper:
  *
  *   mpicc.openmpi -O2 -o peer_openmpi bench/peer_mpi.c
  *   mpicc.mpich   -O2 -o peer_mpich   bench/peer_mpi.c
  *   mpirun.openmpi -np 2 ./peer_openmpi -C allreduce,allgather --sizes 8,1M --json
  *
  * Same definitions as strata bench (and nccl-tests): SIZE is the collective's largest buffer (for
- * allgather and reduce_scatter all nranks blocks), float32, sum; warm-up, barrier, ITERS calls back to
- * back, time = the maximum over ranks of the mean; algbw = size / time; busbw = algbw * 2(n-1)/n for
- * allreduce, (n-1)/n for allgather and reduce_scatter, 1 for bcast. With -c 1 the inputs are small
- * integers ((rank + i) % 7), so the sums are exact and the output is compared exactly. Collectives:
- * MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast (root 0). It depends only on MPI
- * and libc, not on strata.
+ * allgather and reduce_scatter all nranks blocks), float32, sum; warm-up, barrier, ITERS calls back
+ * to back, time = the maximum over ranks of the mean; algbw = size / time; busbw = algbw * 2(n-1)/n
+ * for allreduce, (n-1)/n for allgather and reduce_scatter, 1 for bcast. With -c 1 the inputs are
+ * small integers ((rank + i) % 7), so the sums are exact and the output is compared exactly.
+ * Collectives: MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast (root 0). It
+ * depends only on MPI and libc, not on strata.
  */
 #include <errno.h>
 #include <mpi.h>
@@ -62,9 +63,10 @@ static int parse_size(const char *s, long long *out)
 static void usage(void)
 {
     if (rank == 0)
-        fprintf(stderr,
-                "usage: peer_mpi [-C allreduce,allgather,reduce_scatter,bcast] [--sizes LIST |\n"
-                "                -b MIN -e MAX -f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [--json]\n");
+        fprintf(
+            stderr,
+            "usage: peer_mpi [-C allreduce,allgather,reduce_scatter,bcast] [--sizes LIST |\n"
+            "                -b MIN -e MAX -f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [--json]\n");
 }
 
 static int parse(int argc, char **argv, opts_t *o)
@@ -86,7 +88,8 @@ static int parse(int argc, char **argv, opts_t *o)
             return 0;
         char *v = argv[++i];
         if (!strcmp(a, "-C")) {
-            for (char *save = NULL, *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            for (char *save = NULL, *t = strtok_r(v, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
                 int k = -1;
                 for (int c = 0; c < 4; c++)
                     if (!strcmp(t, coll_names[c]) || (c == C_BCAST && !strcmp(t, "broadcast")))
@@ -129,7 +132,8 @@ static int parse(int argc, char **argv, opts_t *o)
 }
 
 /* Element counts of one size, nccl-tests style: param is what the MPI call takes per rank. */
-static void shape(int coll, long long bytes, size_t *param, size_t *send, size_t *recv, size_t *total)
+static void shape(int coll, long long bytes, size_t *param, size_t *send, size_t *recv,
+                  size_t *total)
 {
     size_t elems = (size_t)bytes / sizeof(float), blk = elems / (size_t)nranks;
     switch (coll) {
@@ -154,12 +158,18 @@ static void run(int coll, size_t param, float *send, float *recv)
 {
     int c = (int)param;
     switch (coll) {
-    case C_ALLREDUCE: MPI_Allreduce(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-    case C_ALLGATHER: MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case C_ALLREDUCE:
+        MPI_Allreduce(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case C_ALLGATHER:
+        MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
     case C_REDUCE_SCATTER:
         MPI_Reduce_scatter_block(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         break;
-    case C_BCAST: MPI_Bcast(recv, c, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case C_BCAST:
+        MPI_Bcast(recv, c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
     }
 }
 
@@ -262,8 +272,8 @@ int main(int argc, char **argv)
     if (rank == 0 && !o.json)
         printf("# peer_mpi (%s): nranks %d, float32 sum, iters %d, warmup %d\n"
                "# %-14s %12s %12s %11s %9s %9s %8s\n",
-               impl, nranks, o.iters, o.warmup, "coll", "size(B)", "count", "time(us)",
-               "algbw", "busbw", "correct");
+               impl, nranks, o.iters, o.warmup, "coll", "size(B)", "count", "time(us)", "algbw",
+               "busbw", "correct");
     for (int c = 0; c < o.ncolls; c++) {
         int coll = o.colls[c];
         for (int s = 0; s < o.nsizes; s++) {
@@ -287,7 +297,8 @@ int main(int argc, char **argv)
                 failures += !correct;
             }
             size_t bytes = total * sizeof(float);
-            double algbw = us > 0 ? (double)bytes / (us * 1e3) : 0, busbw = algbw * busbw_factor(coll);
+            double algbw = us > 0 ? (double)bytes / (us * 1e3) : 0,
+                   busbw = algbw * busbw_factor(coll);
             if (rank != 0)
                 continue;
             const char *ok = correct < 0 ? "null" : correct ? "true" : "false";
@@ -296,12 +307,15 @@ int main(int argc, char **argv)
                        "\"dtype\":\"f32\",\"op\":\"%s\",\"root\":%d,\"algo\":\"mpi-default\","
                        "\"nranks\":%d,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,"
                        "\"busbw_gbs\":%.4f,\"correct\":%s}\n",
-                       impl, coll_names[coll], bytes, total, coll == C_BCAST || coll == C_ALLGATHER
-                       ? "none" : "sum", coll == C_BCAST ? 0 : -1, nranks, o.iters, us, algbw,
-                       busbw, ok);
+                       impl, coll_names[coll], bytes, total,
+                       coll == C_BCAST || coll == C_ALLGATHER ? "none" : "sum",
+                       coll == C_BCAST ? 0 : -1, nranks, o.iters, us, algbw, busbw, ok);
             else
                 printf("  %-14s %12zu %12zu %11.2f %9.3f %9.3f %8s\n", coll_names[coll], bytes,
-                       total, us, algbw, busbw, correct < 0 ? "-" : correct ? "ok" : "FAIL");
+                       total, us, algbw, busbw,
+                       correct < 0 ? "-"
+                       : correct   ? "ok"
+                                   : "FAIL");
             fflush(stdout);
         }
     }

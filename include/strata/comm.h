@@ -76,7 +76,8 @@ typedef struct strata_comm_config {
     const char *store_addr; /* "host:port" of the bootstrap store */
     bool host_store;        /* rank 0 serves the store on store_addr (port 0 is not allowed) */
     const char *secret;     /* job secret presented to the store and to peers; NULL = "" */
-    const char *job_id;     /* names shared-memory segments; NULL = derived from store_addr */
+    const char *job_id;     /* names shared-memory segments; unique per job on a host; required
+                               (strata_comm_config_from_env derives one from the store address) */
     long long timeout_ms;   /* timeout for every blocking call; < 0 = never */
     bool force_tcp;         /* use TCP even between ranks of one host */
 } strata_comm_config_t;

@@ -22,6 +22,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},
     {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},
     {"STRATA_SECRET", "", "job secret a store client must present (strata launch sets one)"},
+    {"STRATA_STORE_EXTERNAL", "0", "1: a standalone `strata store` serves the job, rank 0 does not host it"},
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
 };

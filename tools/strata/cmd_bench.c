@@ -2,13 +2,14 @@
  * under a launcher (`strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4`).
  *
  * Sizes mean what they mean in nccl-tests: the bytes of the collective's largest buffer, so for
- * allreduce, reduce and bcast the one buffer, and for reduce_scatter, allgather, alltoall, gather and
- * scatter the full nranks-block buffer (the per-rank count is bytes / size / nranks, rounded down).
- * For each size every rank runs `-w` warm-up calls, a barrier, then `-n` calls back to back; the
- * loop's time divided by `-n` is the rank's time, and the table shows the maximum over ranks.
+ * allreduce, reduce and bcast the one buffer, and for reduce_scatter, allgather, alltoall, gather
+ * and scatter the full nranks-block buffer (the per-rank count is bytes / size / nranks, rounded
+ * down). For each size every rank runs `-w` warm-up calls, a barrier, then `-n` calls back to back;
+ * the loop's time divided by `-n` is the rank's time, and the table shows the maximum over ranks.
  * algbw = bytes / time; busbw = algbw times the factor nccl-tests uses (its PERFORMANCE.md and, for
  * gather/scatter/alltoall, its source): allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall,
- * gather, scatter (n-1)/n; bcast and reduce 1. `strata bench barrier` reports the barrier's latency.
+ * gather, scatter (n-1)/n; bcast and reduce 1. `strata bench barrier` reports the barrier's
+ * latency.
  *
  * With `-c 1` the inputs are filled per rank with small integers chosen so every partial result is
  * exact in the chosen dtype (sums stay below the dtype's largest exact integer, a product has one
@@ -20,6 +21,10 @@
  * It is a thin tool: it parses, calls the public communicator API, and prints. It does not know
  * how any collective is implemented beyond the algorithm name the communicator reports.
  */
+#include "base/base.h"
+#include "strata/cmd.h"
+#include "strata/strata.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -29,12 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
-#include "strata/cmd.h"
-#include "strata/strata.h"
-
 #define BENCH_MAX_SIZES 64
-#define BENCH_ALIGN 64
+#define BENCH_ALIGN     64
 
 typedef struct bench_opts {
     strata_coll_t coll;
@@ -115,9 +116,15 @@ static bool parse_ll(const char *s, long long lo, long long hi, long long *out)
 /* Returns 0, 2 after a usage error, or -1 for --help. */
 static int parse_args(int argc, char **argv, bench_opts_t *o)
 {
-    *o = (bench_opts_t){.min_bytes = 8, .max_bytes = 64LL << 20, .factor = 2, .iters = 20,
-                        .warmup = 5, .check = true, .dtype = STRATA_DTYPE_F32,
-                        .op = STRATA_OP_SUM, .root = 0};
+    *o = (bench_opts_t){.min_bytes = 8,
+                        .max_bytes = 64LL << 20,
+                        .factor = 2,
+                        .iters = 20,
+                        .warmup = 5,
+                        .check = true,
+                        .dtype = STRATA_DTYPE_F32,
+                        .op = STRATA_OP_SUM,
+                        .root = 0};
     const char *coll = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -238,13 +245,16 @@ static double busbw_factor(strata_coll_t c, int nranks)
 {
     double n = nranks;
     switch (c) {
-    case STRATA_COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case STRATA_COLL_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
     case STRATA_COLL_REDUCE_SCATTER:
     case STRATA_COLL_ALLGATHER:
     case STRATA_COLL_ALLTOALL:
     case STRATA_COLL_GATHER:
-    case STRATA_COLL_SCATTER: return (n - 1) / n;
-    default: return 1.0;
+    case STRATA_COLL_SCATTER:
+        return (n - 1) / n;
+    default:
+        return 1.0;
     }
 }
 
@@ -313,28 +323,51 @@ static float bf16_to_f32(uint16_t b)
 static void put(strata_dtype_t dt, void *buf, size_t i, double v)
 {
     switch (dt) {
-    case STRATA_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case STRATA_DTYPE_F64: ((double *)buf)[i] = v; break;
-    case STRATA_DTYPE_F16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
-    case STRATA_DTYPE_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
-    case STRATA_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case STRATA_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case STRATA_DTYPE_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    default: break;
+    case STRATA_DTYPE_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case STRATA_DTYPE_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case STRATA_DTYPE_F16:
+        ((uint16_t *)buf)[i] = f32_to_f16((float)v);
+        break;
+    case STRATA_DTYPE_BF16:
+        ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
+        break;
+    case STRATA_DTYPE_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case STRATA_DTYPE_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case STRATA_DTYPE_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    default:
+        break;
     }
 }
 
 static double get(strata_dtype_t dt, const void *buf, size_t i)
 {
     switch (dt) {
-    case STRATA_DTYPE_F32: return ((const float *)buf)[i];
-    case STRATA_DTYPE_F64: return ((const double *)buf)[i];
-    case STRATA_DTYPE_F16: return f16_to_f32(((const uint16_t *)buf)[i]);
-    case STRATA_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
-    case STRATA_DTYPE_I32: return ((const int32_t *)buf)[i];
-    case STRATA_DTYPE_I64: return (double)((const int64_t *)buf)[i];
-    case STRATA_DTYPE_U8: return ((const uint8_t *)buf)[i];
-    default: return 0;
+    case STRATA_DTYPE_F32:
+        return ((const float *)buf)[i];
+    case STRATA_DTYPE_F64:
+        return ((const double *)buf)[i];
+    case STRATA_DTYPE_F16:
+        return f16_to_f32(((const uint16_t *)buf)[i]);
+    case STRATA_DTYPE_BF16:
+        return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case STRATA_DTYPE_I32:
+        return ((const int32_t *)buf)[i];
+    case STRATA_DTYPE_I64:
+        return (double)((const int64_t *)buf)[i];
+    case STRATA_DTYPE_U8:
+        return ((const uint8_t *)buf)[i];
+    default:
+        return 0;
     }
 }
 
@@ -353,12 +386,18 @@ typedef struct fill {
 static double largest_exact(strata_dtype_t dt)
 {
     switch (dt) {
-    case STRATA_DTYPE_F16: return 2048;
-    case STRATA_DTYPE_BF16: return 256;
-    case STRATA_DTYPE_F32: return 16777216;
-    case STRATA_DTYPE_U8: return 255;
-    case STRATA_DTYPE_I32: return 2147483647.0;
-    default: return 9007199254740992.0; // f64, i64 (as far as the double holding it is exact)
+    case STRATA_DTYPE_F16:
+        return 2048;
+    case STRATA_DTYPE_BF16:
+        return 256;
+    case STRATA_DTYPE_F32:
+        return 16777216;
+    case STRATA_DTYPE_U8:
+        return 255;
+    case STRATA_DTYPE_I32:
+        return 2147483647.0;
+    default:
+        return 9007199254740992.0; // f64, i64 (as far as the double holding it is exact)
     }
 }
 
@@ -366,7 +405,8 @@ static fill_t fill_make(strata_dtype_t dt, strata_op_t op, int nranks)
 {
     fill_t f = {.dtype = dt, .op = op, .nranks = nranks, .m = 7};
     if (op == STRATA_OP_SUM || op == STRATA_OP_AVG) {
-        double cap = largest_exact(dt) / nranks; // largest value with nranks of them summing exactly
+        double cap =
+            largest_exact(dt) / nranks; // largest value with nranks of them summing exactly
         f.m = cap >= 6 ? 7 : (unsigned)cap + 1;
     }
     f.kmod = f.m > 3 ? f.m - 2 : 1; // avg values k-1..k+1 stay inside 0..m-1
@@ -376,13 +416,15 @@ static fill_t fill_make(strata_dtype_t dt, strata_op_t op, int nranks)
 static double red_value(const fill_t *f, int rank, size_t i)
 {
     switch (f->op) {
-    case STRATA_OP_PROD: return (((size_t)rank + i) % (size_t)f->nranks == 0) ? 2 : 1;
+    case STRATA_OP_PROD:
+        return (((size_t)rank + i) % (size_t)f->nranks == 0) ? 2 : 1;
     case STRATA_OP_AVG: {
         // Offsets +1/-1 in pairs (0 for the last rank of an odd count) sum to zero over ranks.
         int d = (f->nranks % 2 && rank == f->nranks - 1) ? 0 : (rank % 2 ? -1 : 1);
         return (double)(1 + i % f->kmod) + d;
     }
-    default: return (double)(((size_t)rank + i) % f->m);
+    default:
+        return (double)(((size_t)rank + i) % f->m);
     }
 }
 
@@ -390,10 +432,14 @@ static double red_expect(const fill_t *f, size_t i)
 {
     size_t n = (size_t)f->nranks, m = f->m, start = i % m;
     switch (f->op) {
-    case STRATA_OP_PROD: return 2;
-    case STRATA_OP_AVG: return (double)(1 + i % f->kmod);
-    case STRATA_OP_MIN: return (n >= m || start + n - 1 >= m) ? 0 : (double)start;
-    case STRATA_OP_MAX: return (n >= m || start + n - 1 >= m) ? (double)(m - 1) : (double)(start + n - 1);
+    case STRATA_OP_PROD:
+        return 2;
+    case STRATA_OP_AVG:
+        return (double)(1 + i % f->kmod);
+    case STRATA_OP_MIN:
+        return (n >= m || start + n - 1 >= m) ? 0 : (double)start;
+    case STRATA_OP_MAX:
+        return (n >= m || start + n - 1 >= m) ? (double)(m - 1) : (double)(start + n - 1);
     default: {
         double s = (double)(n / m) * (double)(m * (m - 1) / 2);
         for (size_t t = 0; t < n % m; t++)
@@ -417,11 +463,20 @@ static bool close_enough(const fill_t *f, double got, double want)
         return false;
     double ulp;
     switch (f->dtype) {
-    case STRATA_DTYPE_F32: ulp = 1.0 / (1 << 23); break;
-    case STRATA_DTYPE_F64: ulp = 1.0 / 4503599627370496.0; break;
-    case STRATA_DTYPE_F16: ulp = 1.0 / (1 << 10); break;
-    case STRATA_DTYPE_BF16: ulp = 1.0 / (1 << 7); break;
-    default: return false;
+    case STRATA_DTYPE_F32:
+        ulp = 1.0 / (1 << 23);
+        break;
+    case STRATA_DTYPE_F64:
+        ulp = 1.0 / 4503599627370496.0;
+        break;
+    case STRATA_DTYPE_F16:
+        ulp = 1.0 / (1 << 10);
+        break;
+    case STRATA_DTYPE_BF16:
+        ulp = 1.0 / (1 << 7);
+        break;
+    default:
+        return false;
     }
     double d = got > want ? got - want : want - got;
     return d <= 2 * ulp * want;
@@ -458,7 +513,8 @@ static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *s
             for (size_t k = 0; k < sh->param; k++)
                 put(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
         break;
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -478,7 +534,8 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
         break;
     case STRATA_COLL_REDUCE_SCATTER:
         for (size_t k = 0; k < sh->recv_count; k++)
-            wrong += !close_enough(f, get(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
+            wrong +=
+                !close_enough(f, get(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
         break;
     case STRATA_COLL_BCAST:
         for (size_t k = 0; k < sh->recv_count; k++)
@@ -501,7 +558,8 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
         for (size_t k = 0; k < sh->param; k++)
             wrong += get(dt, recv, k) != data_value(o->root, rank, k);
         break;
-    default: break;
+    default:
+        break;
     }
     return wrong;
 }
@@ -514,16 +572,26 @@ static strata_status_t run_once(strata_comm_t *comm, const bench_opts_t *o, cons
     size_t c = sh->param;
     strata_dtype_t dt = o->dtype;
     switch (o->coll) {
-    case STRATA_COLL_ALLREDUCE: return strata_allreduce(comm, send, recv, c, dt, o->op);
-    case STRATA_COLL_REDUCE: return strata_reduce(comm, send, recv, c, dt, o->op, o->root);
-    case STRATA_COLL_BCAST: return strata_bcast(comm, recv, c, dt, o->root);
-    case STRATA_COLL_REDUCE_SCATTER: return strata_reduce_scatter(comm, send, recv, c, dt, o->op);
-    case STRATA_COLL_ALLGATHER: return strata_allgather(comm, send, recv, c, dt);
-    case STRATA_COLL_ALLTOALL: return strata_alltoall(comm, send, recv, c, dt);
-    case STRATA_COLL_GATHER: return strata_gather(comm, send, recv, c, dt, o->root);
-    case STRATA_COLL_SCATTER: return strata_scatter(comm, send, recv, c, dt, o->root);
-    case STRATA_COLL_BARRIER: return strata_barrier(comm);
-    default: return STRATA_ERR_INVALID_ARG;
+    case STRATA_COLL_ALLREDUCE:
+        return strata_allreduce(comm, send, recv, c, dt, o->op);
+    case STRATA_COLL_REDUCE:
+        return strata_reduce(comm, send, recv, c, dt, o->op, o->root);
+    case STRATA_COLL_BCAST:
+        return strata_bcast(comm, recv, c, dt, o->root);
+    case STRATA_COLL_REDUCE_SCATTER:
+        return strata_reduce_scatter(comm, send, recv, c, dt, o->op);
+    case STRATA_COLL_ALLGATHER:
+        return strata_allgather(comm, send, recv, c, dt);
+    case STRATA_COLL_ALLTOALL:
+        return strata_alltoall(comm, send, recv, c, dt);
+    case STRATA_COLL_GATHER:
+        return strata_gather(comm, send, recv, c, dt, o->root);
+    case STRATA_COLL_SCATTER:
+        return strata_scatter(comm, send, recv, c, dt, o->root);
+    case STRATA_COLL_BARRIER:
+        return strata_barrier(comm);
+    default:
+        return STRATA_ERR_INVALID_ARG;
     }
 }
 
@@ -551,14 +619,16 @@ typedef struct result {
 
 static void print_header(const bench_opts_t *o, int nranks)
 {
-    printf("# strata bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d, check %d\n",
-           strata_coll_name(o->coll), nranks,
-           o->coll == STRATA_COLL_BARRIER ? "none" : strata_dtype_name(o->dtype),
-           has_op(o->coll) ? strata_op_name(o->op) : "none", has_root(o->coll) ? o->root : -1,
-           o->iters, o->warmup, o->check ? 1 : 0);
-    printf("# transport %s (STRATA_COMM_TRANSPORT); size = largest buffer, time = max over ranks of "
-           "the mean\n#\n",
-           strata_knob_value("STRATA_COMM_TRANSPORT"));
+    printf(
+        "# strata bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d, check %d\n",
+        strata_coll_name(o->coll), nranks,
+        o->coll == STRATA_COLL_BARRIER ? "none" : strata_dtype_name(o->dtype),
+        has_op(o->coll) ? strata_op_name(o->op) : "none", has_root(o->coll) ? o->root : -1,
+        o->iters, o->warmup, o->check ? 1 : 0);
+    printf(
+        "# transport %s (STRATA_COMM_TRANSPORT); size = largest buffer, time = max over ranks of "
+        "the mean\n#\n",
+        strata_knob_value("STRATA_COMM_TRANSPORT"));
     printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %8s\n", "size", "count", "type", "redop",
            "root", "algo", "time", "algbw", "busbw", "correct");
     printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %8s\n", "(B)", "(elements)", "", "", "", "",
@@ -581,8 +651,8 @@ static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
                ok);
     } else {
         const char *ok = r->correct < 0 ? "-" : r->correct ? "ok" : "FAIL";
-        printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %8s\n", r->bytes, r->count, dt, op,
-               root, r->algo, r->time_us, r->algbw, r->busbw, ok);
+        printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %8s\n", r->bytes, r->count, dt,
+               op, root, r->algo, r->time_us, r->algbw, r->busbw, ok);
     }
     fflush(stdout);
 }
@@ -668,7 +738,8 @@ int cmd_bench(int argc, char **argv)
         memcpy(sizes, o.sizes, sizeof sizes);
         nsizes = o.nsizes;
     } else {
-        for (long long b = o.min_bytes; b <= o.max_bytes && nsizes < BENCH_MAX_SIZES; b *= o.factor) {
+        for (long long b = o.min_bytes; b <= o.max_bytes && nsizes < BENCH_MAX_SIZES;
+             b *= o.factor) {
             sizes[nsizes++] = b;
             if (o.factor < 2 || b > LLONG_MAX / o.factor)
                 break;
@@ -685,7 +756,8 @@ int cmd_bench(int argc, char **argv)
         free(send);
         free(recv);
         char msg[160];
-        snprintf(msg, sizeof msg, "out of memory for %zu + %zu bytes of buffers", max_send, max_recv);
+        snprintf(msg, sizeof msg, "out of memory for %zu + %zu bytes of buffers", max_send,
+                 max_recv);
         cmd_fail(NULL, "bench: %s", msg);
         strata_comm_abort(comm, msg);
         strata_comm_destroy(comm);
@@ -717,7 +789,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (rank == 0 && !o.json) {
         if (o.coll != STRATA_COLL_BARRIER)
-            printf("# avg bus bandwidth: %.3f GB/s over %d sizes\n", done ? bus_sum / done : 0, done);
+            printf("# avg bus bandwidth: %.3f GB/s over %d sizes\n", done ? bus_sum / done : 0,
+                   done);
         else
             printf("# barrier latency: %.2f us\n", last_us);
         if (o.check && o.coll != STRATA_COLL_BARRIER)
@@ -728,8 +801,8 @@ int cmd_bench(int argc, char **argv)
     fflush(stdout);
     free(send);
     free(recv);
-    // Hold every rank until rank 0 has printed: a launcher stops the job at the first non-zero exit,
-    // and rank 0's verdict must not be cut off by another rank leaving first.
+    // Hold every rank until rank 0 has printed: a launcher stops the job at the first non-zero
+    // exit, and rank 0's verdict must not be cut off by another rank leaving first.
     strata_status_t brc = strata_barrier(comm);
     strata_comm_destroy(comm);
     if (brc != STRATA_OK)

@@ -1,18 +1,18 @@
 /* `strata launch`: starts N ranks of a program on this machine with a launcher environment, the way
  * torchrun does for one node. It picks a free port on 127.0.0.1 for the bootstrap store (rank 0
- * hosts it), makes a random job secret and job id, and gives each rank RANK, WORLD_SIZE, LOCAL_RANK,
- * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/MASTER_PORT and the STRATA_* bootstrap variables. Every
- * line a rank writes comes out whole, prefixed with "[r<rank>] ", through two pipes per rank that one
- * poll loop reads; signals arrive in the same loop through a signalfd.
+ * hosts it), makes a random job secret and job id, and gives each rank RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/MASTER_PORT and the STRATA_* bootstrap
+ * variables. Every line a rank writes comes out whole, prefixed with "[r<rank>] ", through two
+ * pipes per rank that one poll loop reads; signals arrive in the same loop through a signalfd.
  *
  * Process groups: each rank runs in a process group of its own (setpgid), not in the launcher's.
  * A Ctrl-C in a terminal therefore reaches only the launcher (the terminal's foreground group),
  * which forwards it once to every rank group; ranks do not see it twice. Signalling whole groups
  * also reaches whatever a rank started itself (a shell's `sleep`), so a failing job cannot leave a
  * stray child holding the output pipes. The price of background groups: ranks cannot read the
- * terminal (they get /dev/null as stdin, except rank 0 when the launcher's stdin is a file or pipe),
- * and Ctrl-Z stops only the launcher. If the launcher dies without cleaning up (SIGKILL), every rank
- * gets SIGTERM through PR_SET_PDEATHSIG.
+ * terminal (they get /dev/null as stdin, except rank 0 when the launcher's stdin is a file or
+ * pipe), and Ctrl-Z stops only the launcher. If the launcher dies without cleaning up (SIGKILL),
+ * every rank gets SIGTERM through PR_SET_PDEATHSIG.
  *
  * Failures: the first rank that exits non-zero or by a signal is named, the others get SIGTERM
  * (their whole groups), and SIGKILL 5 s later; launch exits with that rank's status (128+signal for
@@ -21,6 +21,9 @@
  * signal the launcher inherited as ignored (nohup, a background job of a script) stays ignored, and
  * the ranks inherit that too. The launcher itself never calls into the communicator.
  */
+#include "base/base.h"
+#include "strata/cmd.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,16 +45,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/base.h"
-#include "strata/cmd.h"
-
-#define LAUNCH_MAX_RANKS 65536
+#define LAUNCH_MAX_RANKS     65536
 #define LAUNCH_KILL_GRACE_MS 5000 /* SIGTERM, then SIGKILL this much later */
-#define LAUNCH_DRAIN_MS 1000      /* after the last rank exited, how long stray writers may linger */
-#define LAUNCH_LINE_MAX (1 << 20) /* a longer line is written out in pieces */
-#define LAUNCH_READ_CHUNK 65536
-#define LAUNCH_OUT_BUF (LAUNCH_READ_CHUNK * 2)
-#define LAUNCH_SPARE_FDS 32 /* stdio, signalfd, /dev/null, the exec'd program's own needs */
+#define LAUNCH_DRAIN_MS      1000 /* after the last rank exited, how long stray writers may linger */
+#define LAUNCH_LINE_MAX      (1 << 20) /* a longer line is written out in pieces */
+#define LAUNCH_READ_CHUNK    65536
+#define LAUNCH_OUT_BUF       (LAUNCH_READ_CHUNK * 2)
+#define LAUNCH_SPARE_FDS     32 /* stdio, signalfd, /dev/null, the exec'd program's own needs */
 
 typedef struct launch_opts {
     int nranks;
@@ -63,10 +63,10 @@ typedef struct launch_opts {
 
 /* One rank's stdout or stderr pipe, read end. A partial line waits in buf until its newline. */
 typedef struct stream {
-    int fd;        /* -1 once closed */
+    int fd; /* -1 once closed */
     int rank;
-    int dest;      /* 1 or 2: where the launcher writes it */
-    bool midline;  /* an over-long line was partly written: no prefix before the rest */
+    int dest;     /* 1 or 2: where the launcher writes it */
+    bool midline; /* an over-long line was partly written: no prefix before the rest */
     char *buf;
     size_t len, cap;
 } stream_t;
@@ -98,7 +98,7 @@ typedef struct launcher {
 
     bool failed; /* the first failure has been recorded */
     int fail_rank;
-    int fail_code; /* launcher exit code for it */
+    int fail_code;  /* launcher exit code for it */
     int got_signal; /* last forwarded signal, 0 if none */
     int signals_seen;
 
@@ -113,28 +113,29 @@ static const int forwarded_signals[3] = {SIGINT, SIGTERM, SIGHUP};
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: strata launch -n N [options] [--] PROGRAM [ARGS...]\n"
-            "\n"
-            "Starts N ranks of PROGRAM (found through PATH) on this machine with a launcher\n"
-            "environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0,\n"
-            "MASTER_ADDR=127.0.0.1, MASTER_PORT, STRATA_STORE_ADDR (rank 0 hosts the store on a free\n"
-            "port), STRATA_SECRET (random) and STRATA_JOB_ID.\n"
-            "\n"
-            "options:\n"
-            "  -n, --nproc N       number of ranks (1..%d)\n"
-            "  --tcp               set STRATA_COMM_TRANSPORT=tcp (no shared memory between ranks)\n"
-            "  --timeout-ms T      set STRATA_COMM_TIMEOUT_MS=T (timeout of every blocking call)\n"
-            "  --no-prefix         pass rank output through untouched instead of prefixing\n"
-            "                      each line with \"[r<rank>] \"\n"
-            "  -h, --help          this text\n"
-            "\n"
-            "If a rank exits non-zero or by a signal, launch names it, sends SIGTERM to the other\n"
-            "ranks (SIGKILL 5 s later) and exits with that rank's status (128+signal for a signal).\n"
-            "SIGINT, SIGTERM and SIGHUP are forwarded to every rank; a second one kills them.\n"
-            "\n"
-            "example: strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4\n",
-            LAUNCH_MAX_RANKS);
+    fprintf(
+        f,
+        "usage: strata launch -n N [options] [--] PROGRAM [ARGS...]\n"
+        "\n"
+        "Starts N ranks of PROGRAM (found through PATH) on this machine with a launcher\n"
+        "environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0,\n"
+        "MASTER_ADDR=127.0.0.1, MASTER_PORT, STRATA_STORE_ADDR (rank 0 hosts the store on a free\n"
+        "port), STRATA_SECRET (random) and STRATA_JOB_ID.\n"
+        "\n"
+        "options:\n"
+        "  -n, --nproc N       number of ranks (1..%d)\n"
+        "  --tcp               set STRATA_COMM_TRANSPORT=tcp (no shared memory between ranks)\n"
+        "  --timeout-ms T      set STRATA_COMM_TIMEOUT_MS=T (timeout of every blocking call)\n"
+        "  --no-prefix         pass rank output through untouched instead of prefixing\n"
+        "                      each line with \"[r<rank>] \"\n"
+        "  -h, --help          this text\n"
+        "\n"
+        "If a rank exits non-zero or by a signal, launch names it, sends SIGTERM to the other\n"
+        "ranks (SIGKILL 5 s later) and exits with that rank's status (128+signal for a signal).\n"
+        "SIGINT, SIGTERM and SIGHUP are forwarded to every rank; a second one kills them.\n"
+        "\n"
+        "example: strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4\n",
+        LAUNCH_MAX_RANKS);
 }
 
 static int usage_error(const char *fmt, ...) ST_PRINTF(1, 2);
@@ -145,9 +146,10 @@ static int usage_error(const char *fmt, ...)
     fputs("strata launch: ", stderr);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\nusage: strata launch -n N [--tcp] [--timeout-ms T] [--no-prefix] [--] PROGRAM [ARGS...]"
-          "\n(see `strata launch --help`)\n",
-          stderr);
+    fputs(
+        "\nusage: strata launch -n N [--tcp] [--timeout-ms T] [--no-prefix] [--] PROGRAM [ARGS...]"
+        "\n(see `strata launch --help`)\n",
+        stderr);
     return 2;
 }
 
@@ -294,7 +296,8 @@ static unsigned long long raise_nofile(void)
 }
 
 /* A port that was free a moment ago on 127.0.0.1. Rank 0 binds it moments later; another process
- * could take it in between, which makes rank 0's store fail to start (a clear error, not a hang). */
+ * could take it in between, which makes rank 0's store fail to start (a clear error, not a hang).
+ */
 static int pick_free_port(void)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -513,7 +516,8 @@ static void stream_close(launcher_t *L, stream_t *s)
     if (s->fd < 0)
         return;
     if (s->len > 0 || s->midline)
-        emit_line(L, s, "\n", 1); // the partial last line, ended so the next rank's line starts clean
+        emit_line(L, s, "\n",
+                  1); // the partial last line, ended so the next rank's line starts clean
     close(s->fd);
     s->fd = -1;
     free(s->buf);
@@ -597,7 +601,8 @@ static int spawn_rank(launcher_t *L, int r, int devnull, bool stdin_to_rank0)
             close(po[0]);
             close(po[1]);
         }
-        return cmd_fail(err == EMFILE ? "raise the limit with `ulimit -n`, or pass --no-prefix" : NULL,
+        return cmd_fail(err == EMFILE ? "raise the limit with `ulimit -n`, or pass --no-prefix"
+                                      : NULL,
                         "launch: pipe for rank %d: %s", r, strerror(err));
     }
     int in_fd = (r == 0 && stdin_to_rank0) ? 0 : devnull;
@@ -713,7 +718,8 @@ static void on_signal(launcher_t *L, int sig)
                 abbrev ? abbrev : "?", L->alive, L->alive == 1 ? "" : "s");
         signal_ranks(L, sig);
     } else if (!L->killed) {
-        fprintf(stderr, "strata launch: got SIG%s again, killing all ranks\n", abbrev ? abbrev : "?");
+        fprintf(stderr, "strata launch: got SIG%s again, killing all ranks\n",
+                abbrev ? abbrev : "?");
         signal_ranks(L, SIGKILL);
         L->killed = true;
     }
@@ -787,7 +793,8 @@ static int run_loop(launcher_t *L)
         uint64_t now = st_now_ns();
         if (L->kill_deadline && !L->killed && now >= L->kill_deadline) {
             if (L->alive > 0)
-                fprintf(stderr, "strata launch: %d rank%s still running after %d ms, sending SIGKILL\n",
+                fprintf(stderr,
+                        "strata launch: %d rank%s still running after %d ms, sending SIGKILL\n",
                         L->alive, L->alive == 1 ? "" : "s", LAUNCH_KILL_GRACE_MS);
             signal_ranks(L, SIGKILL);
             L->killed = true;

@@ -1,0 +1,6 @@
+# Two ctest entries for one binary: the small matrix, and the >= 16 MiB cases (label "large", which
+# the TSan run leaves out: there they take many minutes and check nothing the ASan run does not).
+set(test_args small)
+set(test_timeout 900)
+add_test(NAME mr_collectives_large COMMAND mr_collectives large)
+set_tests_properties(mr_collectives_large PROPERTIES LABELS "mr;large" TIMEOUT 900)
