@@ -226,7 +226,7 @@ strata_status_t strata_ireduce_scatterv(strata_comm_t *comm, const void *sendbuf
     ST_TRY(check_type(dtype, op, true, fn));
     if (!recvcounts)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
-    size_t total;
+    size_t total = 0;
     size_t *v = copy_blocks(comm->nranks, recvcounts, NULL, &total);
     if (!v)
         return STRATA_ERR_NO_MEMORY;
@@ -290,7 +290,7 @@ strata_status_t strata_iallgatherv(strata_comm_t *comm, const void *sendbuf, voi
     ST_TRY(check_type(dtype, STRATA_OP_SUM, false, fn));
     if (!recvcounts)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
-    size_t total;
+    size_t total = 0;
     size_t *v = copy_blocks(comm->nranks, recvcounts, displs, &total);
     if (!v)
         return STRATA_ERR_NO_MEMORY;
@@ -336,7 +336,7 @@ strata_status_t strata_ialltoallv(strata_comm_t *comm, const void *sendbuf,
     if (!sendcounts || !recvcounts)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: sendcounts or recvcounts is NULL", fn);
     const int n = comm->nranks;
-    size_t stotal, rtotal;
+    size_t stotal = 0, rtotal = 0;
     size_t *sv = copy_blocks(n, sendcounts, sdispls, &stotal);
     size_t *rv = sv ? copy_blocks(n, recvcounts, rdispls, &rtotal) : NULL;
     size_t *v = rv ? malloc(4 * (size_t)n * sizeof *v) : NULL;

@@ -100,7 +100,7 @@ static strata_status_t allreduce_ring(st_sched_t *s, const st_coll_args_t *a)
 
 static strata_status_t reduce_scatter_ring(st_sched_t *s, const st_coll_args_t *a)
 {
-    size_t *off, *len;
+    size_t *off = NULL, *len = NULL;
     ST_TRY(block_bytes(s, a, &off, &len));
     st_ring_reduce_scatter(s, a->rank, a->nranks, a->sendbuf, NULL, a->recvbuf, off, len, 0);
     return s->build_rc;
@@ -108,7 +108,7 @@ static strata_status_t reduce_scatter_ring(st_sched_t *s, const st_coll_args_t *
 
 static strata_status_t allgather_ring(st_sched_t *s, const st_coll_args_t *a)
 {
-    size_t *off, *len;
+    size_t *off = NULL, *len = NULL;
     ST_TRY(block_bytes(s, a, &off, &len));
     char *buf = a->recvbuf;
     // Our own block goes out on step 0 straight from sendbuf; its copy into place is local work.
