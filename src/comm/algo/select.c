@@ -1,37 +1,58 @@
 /* Algorithm selection: the STRATA_COMM_ALGO override, else the lowest cost in the network model.
  * STRATA_COMM_ALGO is a comma list of coll:algo pairs ("allreduce:ring,bcast:binomial"). */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "comm/algo/algo.h"
 
-static const st_algo_t *forced(const st_coll_args_t *a)
+/* STRATA_COMM_ALGO parsed once: the forced algorithm per collective (NULL = choose by cost). Knobs
+ * are read on first use, like every other; the small-message path then costs no getenv. */
+static const st_algo_t *forced_table[STRATA_COLL_COUNT];
+static pthread_once_t forced_once = PTHREAD_ONCE_INIT;
+
+static void parse_forced(void)
 {
     const char *spec = st_knob_str("STRATA_COMM_ALGO");
-    const char *coll = strata_coll_name(a->coll);
-    size_t cl = strlen(coll);
     for (const char *p = spec; p && *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len > cl && strncmp(p, coll, cl) == 0 && p[cl] == ':') {
-            const char *name = p + cl + 1;
+        const char *colon = memchr(p, ':', len);
+        strata_coll_t coll;
+        char cname[32];
+        size_t cl = colon ? (size_t)(colon - p) : 0;
+        if (!colon || cl >= sizeof cname) {
+            ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_ALGO: '%.*s' is not coll:algo", (int)len, p);
+        } else {
+            memcpy(cname, p, cl);
+            cname[cl] = '\0';
+            const char *name = colon + 1;
             size_t nl = len - cl - 1;
-            for (int i = 0; i < st_nalgos; i++) {
-                const st_algo_t *al = st_algos[i];
-                if (al->coll == a->coll && strlen(al->name) == nl && !strncmp(al->name, name, nl)) {
-                    if (!al->supports || al->supports(a))
-                        return al;
-                    ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_ALGO: %s:%s cannot serve this call; choosing by cost",
-                                coll, al->name);
-                    return NULL;
-                }
-            }
-            ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_ALGO: no %s algorithm named '%.*s' (see `strata algos`)",
-                        coll, (int)nl, name);
+            const st_algo_t *found = NULL;
+            if (strata_coll_parse(cname, &coll) == STRATA_OK)
+                for (int i = 0; i < st_nalgos && !found; i++)
+                    if (st_algos[i]->coll == coll && strlen(st_algos[i]->name) == nl &&
+                        !strncmp(st_algos[i]->name, name, nl))
+                        found = st_algos[i];
+            if (found)
+                forced_table[coll] = found;
+            else
+                ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_ALGO: no algorithm '%.*s' (see `strata algos`)",
+                            (int)len, p);
         }
         p = end ? end + 1 : NULL;
     }
+}
+
+static const st_algo_t *forced(const st_coll_args_t *a)
+{
+    pthread_once(&forced_once, parse_forced);
+    const st_algo_t *al = forced_table[a->coll];
+    if (!al || !al->supports || al->supports(a))
+        return al;
+    ST_LOG_DEBUG(ST_SUB_COMM, "STRATA_COMM_ALGO: %s:%s cannot serve this call; choosing by cost",
+                 strata_coll_name(a->coll), al->name);
     return NULL;
 }
 
