@@ -121,6 +121,56 @@ STRATA_API void strata_topo_write_json(const strata_topo_t *topo, FILE *f);
 /* Writes a human-readable table of the levels. */
 STRATA_API void strata_topo_describe(const strata_topo_t *topo, FILE *f);
 
+/* ---- Slurm hostlists and topology.conf (src/topo/hostlist.c, src/topo/topo_slurm.c) ----------- */
+
+#define STRATA_HOSTNAME_MAX 64
+
+/* Expands a Slurm hostlist expression ("node[01-16,20],gpu7,r[1-2]n[1-3]") into host names, in
+ * the order written; zero padding follows the lower bound of each range ("[08-10]" gives 08 09 10).
+ * *names is an array of *count strings; the caller frees it with strata_hostlist_free. Errors:
+ * STRATA_ERR_PARSE "expected ..." for unbalanced brackets, empty or reversed ranges, names longer
+ * than STRATA_HOSTNAME_MAX - 1 or more than 1,000,000 names; STRATA_ERR_NO_MEMORY. */
+STRATA_API strata_status_t strata_hostlist_expand(const char *expr, char ***names, int *count);
+STRATA_API void strata_hostlist_free(char **names, int count);
+
+/* Compares host names the way people sort them: digit runs by value ("n9" < "n10"). */
+STRATA_API int strata_hostname_cmp(const char *a, const char *b);
+
+typedef struct strata_slurm_switch {
+    char name[STRATA_HOSTNAME_MAX];
+    int parent;        /* index of the switch listing this one in Switches=, or -1 (a root) */
+    double link_speed; /* LinkSpeed= as written (Slurm leaves the unit to the site), 0 when absent */
+    int line;          /* where it was defined */
+} strata_slurm_switch_t;
+
+typedef struct strata_slurm_node {
+    char name[STRATA_HOSTNAME_MAX];
+    int sw; /* the leaf switch (tree form) or the block (block form) that lists it */
+} strata_slurm_node_t;
+
+/* A parsed topology.conf. Tree form (topology/tree): switches with Nodes= are leaves, Switches=
+ * names children. Block form (topology/block): each BlockName is a switch without parent, and
+ * BlockSizes= (at most 8) is kept. Owned arrays; free with strata_slurm_topo_free. */
+typedef struct strata_slurm_topo {
+    bool block;
+    int nswitches;
+    strata_slurm_switch_t *switches;
+    int nnodes;
+    strata_slurm_node_t *nodes;
+    int nblock_sizes;
+    int block_sizes[8];
+} strata_slurm_topo_t;
+
+/* Reads a Slurm topology.conf (tree or block form; '#' comments; backslash continuation lines are
+ * not supported). Errors: STRATA_ERR_IO; STRATA_ERR_PARSE "path:line: expected ..." for an unknown
+ * key, a malformed hostlist, a switch defined twice, a child switch never defined, a switch with
+ * two parents, a cycle, a node listed twice, tree and block lines mixed, or no node at all. On
+ * error *out is empty. */
+STRATA_API strata_status_t strata_slurm_topo_load(const char *path, strata_slurm_topo_t *out);
+STRATA_API strata_status_t strata_slurm_topo_parse(const char *text, const char *origin,
+                                                   strata_slurm_topo_t *out);
+STRATA_API void strata_slurm_topo_free(strata_slurm_topo_t *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,15 @@ int cmd_launch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_store(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_place(int argc, char **argv);
+int cmd_sched(int argc, char **argv);
+
+/* Shared by `strata place` and `strata sched` (defined in cmd_place.c): loads a preset or cluster
+ * file, or a Slurm topology.conf with optional level speeds, then a host-state file. Returns 0 or a
+ * cmd_fail status. */
+struct strata_cluster;
+int cmd_load_cluster(const char *cluster, const char *slurm, int gpus_per_host, const char *state,
+                     struct strata_cluster *out);
 
 /* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
 int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -11,6 +11,8 @@ static const strata_cmd_t commands[] = {
     {"bench", "measure a collective, nccl-tests style (run under strata launch)", cmd_bench},
     {"store", "serve a standalone bootstrap store", cmd_store},
     {"plan", "predict a training step and search the best parallel configuration", cmd_plan},
+    {"place", "place one job's ranks on a cluster by its topology (Slurm/mpirun files)", cmd_place},
+    {"sched", "simulate many jobs and failures on a cluster under placement policies", cmd_sched},
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };

@@ -1,0 +1,358 @@
+/* Placement on hand-made small clusters where the optimum is known: irregular leaves, busy and
+ * failed hosts, pipelines that must not straddle a spine, a brute-force check of the optimum, the
+ * spare-replacement rule, output syntax (Slurm hostfile, Open MPI rankfile, environment), the
+ * `strata plan --json` reader, and refusal of invalid inputs. */
+#include "harness/st_test.h"
+#include "strata/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* leaf1 n01-04, leaf2 n05-08 under spine1; leaf3 n09-10 (irregular), leaf4 n11-16 under spine2. */
+static const char *tree_conf = "SwitchName=leaf1 Nodes=n[01-04]\n"
+                               "SwitchName=leaf2 Nodes=n[05-08]\n"
+                               "SwitchName=leaf3 Nodes=n[09-10]\n"
+                               "SwitchName=leaf4 Nodes=n[11-16]\n"
+                               "SwitchName=spine1 Switches=leaf[1-2]\n"
+                               "SwitchName=spine2 Switches=leaf[3-4]\n"
+                               "SwitchName=core Switches=spine[1-2]\n";
+
+static void params(strata_topo_t *t)
+{
+    strata_topo_init(t, "small");
+    const char *names[] = {"host", "leaf", "spine", "core"};
+    double bw[] = {450e9, 50e9, 50e9, 50e9}, over[] = {1, 1, 2, 4}, lat[] = {3e-6, 4e-6, 6e-6, 9e-6};
+    for (int i = 0; i < 4; i++) {
+        strata_topo_level_t lv = {.fanout = i == 0 ? 4 : 2, .bw_Bps = bw[i], .latency_s = lat[i],
+                                  .oversub = over[i],
+                                  .link_class = i ? STRATA_LINK_SCALE_OUT : STRATA_LINK_SCALE_UP};
+        snprintf(lv.name, sizeof lv.name, "%s", names[i]);
+        assert_int_equal(strata_topo_add_level(t, &lv), STRATA_OK);
+    }
+}
+
+static void small_cluster(strata_cluster_t *c, const char *state)
+{
+    strata_slurm_topo_t st;
+    strata_topo_t p;
+    params(&p);
+    assert_int_equal(strata_slurm_topo_parse(tree_conf, "tree.conf", &st), STRATA_OK);
+    assert_int_equal(strata_cluster_from_slurm(&st, &p, 4, c), STRATA_OK);
+    strata_slurm_topo_free(&st);
+    if (state)
+        assert_int_equal(strata_cluster_parse_state(c, state, "state"), STRATA_OK);
+}
+
+static strata_job_t job_of(int tp, int pp, int dp)
+{
+    strata_job_t j = strata_job_default();
+    j.tp = tp;
+    j.pp = pp;
+    j.dp = dp;
+    return j;
+}
+
+static int leaf_of(const strata_cluster_t *c, int h)
+{
+    return c->hosts[h].dom[1];
+}
+
+static void test_cluster_levels(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    assert_int_equal(c.nhosts, 16);
+    assert_int_equal(c.topo.nlevels, 4);
+    assert_int_equal(c.ndom[1], 4);
+    assert_int_equal(c.ndom[2], 2);
+    assert_int_equal(c.ndom[3], 1);
+    int n10 = strata_cluster_find_host(&c, "n10");
+    assert_true(n10 >= 0);
+    char buf[128];
+    assert_string_equal(strata_cluster_host_path(&c, n10, buf, sizeof buf),
+                        "/core/spine2/leaf3/n10");
+    assert_int_equal(strata_cluster_find_host(&c, "n99"), -1);
+    strata_cluster_free(&c);
+}
+
+/* A 4-host job fits one leaf: best fit takes the smallest leaf that holds it whole. */
+static void test_one_leaf(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n01 busy\nn[11-12] failed\n");
+    strata_job_t j = job_of(4, 2, 2);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    assert_int_equal(p.nhosts, 4);
+    for (int k = 0; k < p.nhosts; k++) {
+        assert_int_equal(c.hosts[p.hosts[k]].state, STRATA_HOST_FREE);
+        assert_int_equal(leaf_of(&c, p.hosts[k]), leaf_of(&c, p.hosts[0]));
+    }
+    assert_int_equal(p.cost.hosts_per_level[1], 1);
+    // TP stays inside the host: its level is the host level.
+    assert_int_equal(p.cost.dim_level[STRATA_DIM_TP], 0);
+    assert_int_equal(p.cost.dim_level[STRATA_DIM_PP], 1);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* The irregular 6-host leaf is the only one that holds a 6-host job. */
+static void test_irregular_leaf(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_job_t j = job_of(4, 2, 3);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    int leaf4 = leaf_of(&c, strata_cluster_find_host(&c, "n11"));
+    for (int k = 0; k < p.nhosts; k++)
+        assert_int_equal(leaf_of(&c, p.hosts[k]), leaf4);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* Ten hosts need both spines; no pipeline (2 hosts) may straddle them, and the split is even in
+ * whole pipelines (6 + 4), and topo beats hostname order, which crosses with n09-n10's leaf. */
+static void test_pipelines_whole(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n[01,05] busy\n");
+    strata_job_t j = job_of(4, 2, 5);
+    strata_placement_t p, ff;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    int per_spine[2] = {0, 0};
+    for (int k = 0; k < p.nhosts; k += 2) {
+        assert_int_equal(c.hosts[p.hosts[k]].dom[2], c.hosts[p.hosts[k + 1]].dom[2]);
+        per_spine[c.hosts[p.hosts[k]].dom[2]] += 2;
+    }
+    assert_true((per_spine[0] == 6 && per_spine[1] == 4) ||
+                (per_spine[0] == 4 && per_spine[1] == 6));
+    strata_place_opts_t o = strata_place_opts_default();
+    o.policy = STRATA_POLICY_FIRST_FIT;
+    assert_int_equal(strata_place(&c, &j, &o, &ff), STRATA_OK);
+    assert_true(p.cost.total_s <= ff.cost.total_s);
+    strata_placement_free(&p);
+    strata_placement_free(&ff);
+    strata_cluster_free(&c);
+}
+
+/* Brute force over every choice of 2 hosts out of the free ones (and both orders): the topology
+ * policy reaches the minimum cost. */
+static void test_brute_force_optimum(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n[01-03,05-07,09,11-15] busy\n"); // free: n04 n08 n10 n16
+    strata_job_t j = job_of(4, 2, 1);
+    j.bytes[STRATA_DIM_PP] = 1e9;
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    int freeh[16], nf = 0;
+    for (int h = 0; h < c.nhosts; h++)
+        if (c.hosts[h].state == STRATA_HOST_FREE)
+            freeh[nf++] = h;
+    assert_int_equal(nf, 4);
+    double best = 1e300;
+    int rank_host[8];
+    for (int a = 0; a < nf; a++)
+        for (int b = 0; b < nf; b++) {
+            if (a == b)
+                continue;
+            for (int r = 0; r < 8; r++)
+                rank_host[r] = r < 4 ? freeh[a] : freeh[b];
+            strata_cost_t k;
+            assert_int_equal(strata_place_cost(&c, &j, rank_host, &k), STRATA_OK);
+            if (k.total_s < best)
+                best = k.total_s;
+        }
+    assert_true(p.cost.total_s <= best * (1 + 1e-12));
+    // The two stages share a spine (n08 and n04 in spine1, or n10 and n16 in spine2).
+    assert_int_equal(c.hosts[p.hosts[0]].dom[2], c.hosts[p.hosts[1]].dom[2]);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* Spares: kept out of the job; a failed host is replaced inside its leaf, spares first, then in
+ * its spine when the leaf has nothing free. */
+static void test_spare_replacement(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_place_opts_t o = strata_place_opts_default();
+    o.spares = 1;
+    o.spare_level = 1; // per leaf
+    strata_job_t j = job_of(4, 1, 3);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, &o, &p), STRATA_OK);
+    assert_int_equal(p.nspares, 4);
+    bool spare[16] = {false};
+    for (int s = 0; s < p.nspares; s++)
+        spare[p.spares[s]] = true;
+    for (int k = 0; k < p.nhosts; k++) {
+        assert_false(spare[p.hosts[k]]);
+        c.hosts[p.hosts[k]].state = STRATA_HOST_BUSY;
+    }
+    int failed = p.hosts[1], rep;
+    assert_int_equal(strata_place_replace(&c, failed, spare, &rep), STRATA_OK);
+    assert_true(rep >= 0);
+    assert_int_equal(leaf_of(&c, rep), leaf_of(&c, failed));
+    assert_true(spare[rep]);
+    // Fill the leaf: the replacement comes from the same spine.
+    for (int h = 0; h < c.nhosts; h++)
+        if (leaf_of(&c, h) == leaf_of(&c, failed) && c.hosts[h].state == STRATA_HOST_FREE)
+            c.hosts[h].state = STRATA_HOST_BUSY;
+    assert_int_equal(strata_place_replace(&c, failed, spare, &rep), STRATA_OK);
+    assert_true(rep >= 0);
+    assert_int_not_equal(leaf_of(&c, rep), leaf_of(&c, failed));
+    assert_int_equal(c.hosts[rep].dom[2], c.hosts[failed].dom[2]);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+static void test_output_syntax(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_job_t j = job_of(4, 2, 2);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    strata_write_slurm_hostfile(&c, &p, f);
+    rewind(f);
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        assert_true(strata_cluster_find_host(&c, line) >= 0); // one known host name per line
+        assert_int_equal(strata_cluster_find_host(&c, line), p.rank_host[n]);
+        n++;
+    }
+    assert_int_equal(n, 16);
+    fclose(f);
+    f = tmpfile();
+    strata_write_rankfile(&c, &p, f);
+    rewind(f);
+    n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int r, slot, used = 0;
+        char host[64];
+        assert_int_equal(sscanf(line, "rank %d=%63[^ ] slot=%d%n", &r, host, &slot, &used), 3);
+        assert_string_equal(line + used, "\n");
+        assert_int_equal(r, n);
+        assert_true(slot >= 0 && slot < 4);
+        assert_int_equal(strata_cluster_find_host(&c, host), p.rank_host[n]);
+        n++;
+    }
+    assert_int_equal(n, 16);
+    fclose(f);
+    f = tmpfile();
+    strata_write_env(&c, &p, &j, f);
+    rewind(f);
+    int paths = 0;
+    while (fgets(line, sizeof line, f))
+        paths += !strncmp(line, "STRATA_TOPO_PATH=/core/", 23);
+    assert_int_equal(paths, 4);
+    fclose(f);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+static void test_plan_json(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/strata-test-plan-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"config\": {\"tp\": 8, \"cp\": 1, \"pp\": 4, \"vp\": 1, \"dp\": 2,\n"
+          "  \"order\": [\"tp\", \"pp\", \"cp\", \"dp\"]},\n"
+          " \"comm\": {\"tp\": {\"bytes\": 100}, \"pp\": {\"bytes\": 20}, \"dp\": {\"bytes\": 5},\n"
+          "          \"cp\": {\"bytes\": 0}}}\n",
+          f);
+    fclose(f);
+    strata_job_t j;
+    assert_int_equal(strata_job_load_plan(path, &j), STRATA_OK);
+    assert_int_equal(j.tp, 8);
+    assert_int_equal(j.pp, 4);
+    assert_int_equal(j.dp, 2);
+    assert_int_equal(j.order[1], STRATA_DIM_PP);
+    assert_true(j.bytes[STRATA_DIM_PP] == 20);
+    f = fopen(path, "w");
+    fputs("{\"config\": {\"cp\": 1}}\n", f);
+    fclose(f);
+    assert_int_equal(strata_job_load_plan(path, &j), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), "tp"));
+    remove(path);
+}
+
+static void test_invalid(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n[01-04] failed\n");
+    strata_placement_t p;
+    strata_job_t big = job_of(4, 2, 7); // 14 hosts, 12 free
+    assert_int_equal(strata_place(&c, &big, NULL, &p), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "needs 14 hosts"));
+    assert_non_null(strstr(strata_last_error(), "12 free"));
+    strata_job_t odd = job_of(3, 1, 1);
+    assert_int_equal(strata_place(&c, &odd, NULL, &p), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "multiple of 4"));
+    strata_job_t wide = job_of(4, 1, 1);
+    wide.procs_per_host = 8;
+    assert_int_equal(strata_place(&c, &wide, NULL, &p), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_cluster_parse_state(&c, "n77 busy\n", "s.state"), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), "s.state:1: expected a host of the cluster, got "
+                                                "unknown host \"n77\""));
+    assert_int_equal(strata_cluster_parse_state(&c, "\nn01 sleepy\n", "s.state"), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), "s.state:2:"));
+    strata_cluster_free(&c);
+}
+
+/* Hostnames that do not follow the tree (rack-striped naming): hostname order scatters the
+ * pipelines, the topology policy does not. */
+static void test_beats_hostname_order(void **state)
+{
+    (void)state;
+    const char *conf = "SwitchName=l1 Nodes=n[01,03,05,07]\nSwitchName=l2 Nodes=n[02,04,06,08]\n"
+                       "SwitchName=top Switches=l[1-2]\n";
+    strata_slurm_topo_t st;
+    strata_topo_t pr;
+    params(&pr);
+    strata_cluster_t c;
+    assert_int_equal(strata_slurm_topo_parse(conf, "striped.conf", &st), STRATA_OK);
+    assert_int_equal(strata_cluster_from_slurm(&st, &pr, 4, &c), STRATA_OK);
+    strata_slurm_topo_free(&st);
+    strata_job_t j = job_of(4, 4, 1);
+    strata_placement_t p, ff;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    strata_place_opts_t o = strata_place_opts_default();
+    o.policy = STRATA_POLICY_FIRST_FIT;
+    assert_int_equal(strata_place(&c, &j, &o, &ff), STRATA_OK);
+    assert_int_equal(p.cost.hosts_per_level[1], 1);
+    assert_int_equal(ff.cost.hosts_per_level[1], 2);
+    assert_true(p.cost.total_s < ff.cost.total_s);
+    strata_placement_free(&p);
+    strata_placement_free(&ff);
+    strata_cluster_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_levels),    cmocka_unit_test(test_one_leaf),
+        cmocka_unit_test(test_irregular_leaf),    cmocka_unit_test(test_pipelines_whole),
+        cmocka_unit_test(test_brute_force_optimum), cmocka_unit_test(test_spare_replacement),
+        cmocka_unit_test(test_output_syntax),     cmocka_unit_test(test_plan_json),
+        cmocka_unit_test(test_invalid),           cmocka_unit_test(test_beats_hostname_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
