@@ -4,7 +4,8 @@
 #
 #   bash bench/compare.sh [--strata PATH] [--sizes 8,64K,1M,16M,64M,256M] [--iters 20] [--warmup 5]
 #                         [--colls allreduce,allgather,reduce_scatter,bcast] [--transports shm,tcp]
-#                         [--peers openmpi,mpich,gloo] [--repeat N] [--out DIR] [--timeout SECONDS]
+#                         [--peers openmpi,mpich,gloo] [--repeat N] [--malloc-default] [--out DIR]
+#                         [--timeout SECONDS]
 #
 # How to read it
 # - One table per transport and collective. Each row is one SIZE in bytes, meaning the collective's
@@ -38,6 +39,13 @@
 #   (printed at the start and the end) and use --repeat N on a shared machine: every program then
 #   runs N times, interleaved, and each cell shows its best run (lowest time); summary.json keeps
 #   every run. Differences under ~15% are not a result.
+# - Memory: Open MPI and MPICH allocate a temporary buffer in every large allreduce/reduce_scatter;
+#   glibc serves anything over 32 MiB with a fresh mmap, so every call first-touches new pages. In
+#   a VM that backs guest memory lazily (measured here: 13 us per 4 KiB first-touch fault, 220 ms
+#   per 64 MiB, against ~3 ms to rewrite the same 64 MiB) that alone made the MPIs 10x slower from
+#   64 MiB up. So by default every program (strata too) runs with MALLOC_MMAP_MAX_=0 and a huge
+#   MALLOC_TRIM_THRESHOLD_, which keep freed memory in the heap and let the peers reuse it;
+#   --malloc-default runs everything with glibc's defaults instead.
 #
 # Output: the tables on stdout; DIR/summary.json (every number, every missing peer and why, the
 # commands) and DIR/raw/*.jsonl (each program's JSON lines). Exit status 0 when strata ran and all of
@@ -56,9 +64,10 @@ OUT=
 STRATA=${STRATA_BIN:-}
 TIMEOUT=900
 REPEAT=1
+MALLOC_TUNING=1
 PY=/usr/bin/python3
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     --strata) STRATA=$2; shift 2 ;;
@@ -71,6 +80,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
+    --malloc-default) MALLOC_TUNING=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -126,6 +136,12 @@ run() {
 
 ompi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 ompi_run=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 2)
+if [ "$MALLOC_TUNING" = 1 ]; then
+    # Inherited by every program below (mpirun.mpich forwards the whole environment, Open MPI is
+    # told explicitly).
+    export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
+    ompi_run+=(-x MALLOC_MMAP_MAX_ -x MALLOC_TRIM_THRESHOLD_)
+fi
 mpich_run=(mpirun.mpich -bind-to none -np 2)
 peer_args=(--sizes "$SIZES" -n "$ITERS" -w "$WARMUP" -c 1 --json)
 
@@ -201,10 +217,10 @@ echo "compare.sh: load average at end: $load_end" >&2
 # ---- report -------------------------------------------------------------------------------------
 
 "$PY" - "$OUT" "$SIZES" "$COLLS" "$TRANSPORTS" "$ITERS" "$WARMUP" "$REPEAT" "$load_start" \
-    "$load_end" "$(nproc)" <<'EOF'
+    "$load_end" "$(nproc)" "$MALLOC_TUNING" <<'EOF'
 import json, os, sys
 
-out, sizes_arg, colls_arg, transports_arg, iters, warmup, repeat, load0, load1, ncpu = sys.argv[1:11]
+out, sizes_arg, colls_arg, transports_arg, iters, warmup, repeat, load0, load1, ncpu, mt = sys.argv[1:12]
 colls = colls_arg.split(",")
 transports = [t for t in ("shm", "tcp") if t in transports_arg.split(",")]
 PEERS = ("openmpi", "mpich", "gloo")
@@ -276,10 +292,11 @@ def fmt_lat(r):
     s = "%.1fus" % r["time_us"]
     return s + (" FAIL" if r.get("correct") is False else "")
 
-print("load average %s at start, %s at end, %s cores; %s run(s) per program, best shown"
-      % (load0, load1, ncpu, repeat))
+print("load average %s at start, %s at end, %s cores; %s run(s) per program, best shown; malloc %s"
+      % (load0, load1, ncpu, repeat, "tuned (MALLOC_MMAP_MAX_=0)" if mt == "1" else "defaults"))
 summary = {"nranks": 2, "iters": int(iters), "warmup": int(warmup), "repeat": int(repeat),
            "load_average_start": load0, "load_average_end": load1, "cpus": int(ncpu),
+           "malloc_tuning": mt == "1",
            "sizes_requested": sizes_arg,
            "missing": missing, "partial": partial, "tables": {}}
 try:

@@ -69,9 +69,13 @@ static strata_status_t allreduce_rd(st_sched_t *s, const st_coll_args_t *a)
         return s->build_rc;
     int p2 = floor_pow2(a->nranks), steps = log2i(p2);
     // Ping-pong between recvbuf and a scratch copy, arranged so the last write lands in recvbuf.
-    char *scratch = steps ? st_sched_scratch(s, bytes) : NULL;
-    if (steps && !scratch)
-        return s->build_rc;
+    // Two ranks exchanging distinct buffers need no scratch at all (the latency-critical case).
+    char *scratch = NULL;
+    if (steps > 1 || cur == a->recvbuf) {
+        scratch = st_sched_scratch(s, bytes);
+        if (!scratch)
+            return s->build_rc;
+    }
     for (int k = 0; k < steps; k++) {
         int partner = a->rank ^ (1 << k);
         void *dst = ((steps - 1 - k) % 2 == 0) ? a->recvbuf : (void *)scratch;

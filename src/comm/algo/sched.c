@@ -1,4 +1,5 @@
 /* Building and executing schedules (see sched.h). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,11 @@
 
 void st_sched_init(st_sched_t *s, strata_dtype_t dtype, strata_op_t op, int nranks)
 {
-    memset(s, 0, sizeof *s);
+    memset(s, 0, offsetof(st_sched_t, inline_ops));
+    s->ops = s->inline_ops;
+    s->cap = ST_SCHED_INLINE_OPS;
+    s->round_end = s->inline_rounds;
+    s->cap_rounds = ST_SCHED_INLINE_ROUNDS;
     s->dtype = dtype;
     s->op = op;
     s->esize = strata_dtype_size(dtype);
@@ -18,11 +23,27 @@ void st_sched_init(st_sched_t *s, strata_dtype_t dtype, strata_op_t op, int nran
 
 void st_sched_fini(st_sched_t *s)
 {
-    free(s->ops);
-    free(s->round_end);
+    if (s->ops != s->inline_ops)
+        free(s->ops);
+    if (s->round_end != s->inline_rounds)
+        free(s->round_end);
     for (int i = 0; i < s->nscratch; i++)
         free(s->scratch[i]);
-    memset(s, 0, sizeof *s);
+    s->ops = NULL;
+    s->round_end = NULL;
+    s->nops = s->nrounds = s->nscratch = 0;
+}
+
+/* Grows an array that may still be the inline one (which must not be realloc'd). */
+static void *grow(void *arr, const void *inline_arr, int *cap, size_t elem)
+{
+    int ncap = *cap * 2;
+    void *p = arr == inline_arr ? malloc((size_t)ncap * elem) : realloc(arr, (size_t)ncap * elem);
+    if (p && arr == inline_arr)
+        memcpy(p, arr, (size_t)*cap * elem);
+    if (p)
+        *cap = ncap;
+    return p;
 }
 
 static st_sop_t *add(st_sched_t *s, st_sop_kind_t kind)
@@ -30,14 +51,12 @@ static st_sop_t *add(st_sched_t *s, st_sop_kind_t kind)
     if (s->build_rc)
         return NULL;
     if (s->nops == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 16;
-        st_sop_t *ops = realloc(s->ops, (size_t)cap * sizeof *ops);
+        st_sop_t *ops = grow(s->ops, s->inline_ops, &s->cap, sizeof *ops);
         if (!ops) {
             s->build_rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory building a schedule");
             return NULL;
         }
         s->ops = ops;
-        s->cap = cap;
     }
     st_sop_t *o = &s->ops[s->nops++];
     memset(o, 0, sizeof *o);
@@ -51,14 +70,12 @@ void st_sched_round(st_sched_t *s)
     if (s->build_rc || s->nops == start)
         return;
     if (s->nrounds == s->cap_rounds) {
-        int cap = s->cap_rounds ? s->cap_rounds * 2 : 8;
-        int *re = realloc(s->round_end, (size_t)cap * sizeof *re);
+        int *re = grow(s->round_end, s->inline_rounds, &s->cap_rounds, sizeof *re);
         if (!re) {
             s->build_rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory building a schedule");
             return;
         }
         s->round_end = re;
-        s->cap_rounds = cap;
     }
     s->round_end[s->nrounds++] = s->nops;
 }

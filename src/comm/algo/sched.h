@@ -40,6 +40,9 @@ typedef struct st_sop {
     st_msg_t msg;        /* endpoint state while in flight */
 } st_sop_t;
 
+#define ST_SCHED_INLINE_OPS    8
+#define ST_SCHED_INLINE_ROUNDS 8
+
 typedef struct st_sched {
     st_sop_t *ops;
     int nops, cap;
@@ -55,6 +58,9 @@ typedef struct st_sched {
     void *scratch[4];    /* owned temporary buffers */
     int nscratch;
     strata_status_t build_rc; /* sticky allocation failure while building */
+    /* Small schedules (every latency-bound collective) live here: no allocation per call. */
+    st_sop_t inline_ops[ST_SCHED_INLINE_OPS];
+    int inline_rounds[ST_SCHED_INLINE_ROUNDS];
 } st_sched_t;
 
 void st_sched_init(st_sched_t *s, strata_dtype_t dtype, strata_op_t op, int nranks);
