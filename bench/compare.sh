@@ -196,12 +196,14 @@ for rep in $(seq "$REPEAT"); do
         fi
         if [ $have_openmpi = 1 ]; then
             mca=()
+            # shellcheck disable=SC2054 # "tcp,self" is one MCA value
             [ $tr = tcp ] && mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
             run "openmpi-$tr" "openmpi-$tr$r" "${ompi_env[@]}" "${ompi_run[@]}" "${mca[@]}" \
                 "$OUT/bin/peer_openmpi" -C "$COLLS" "${peer_args[@]}"
         fi
         if [ $have_mpich = 1 ]; then
             genv=()
+            # shellcheck disable=SC2054 # "tcp,self" is one UCX value
             [ $tr = tcp ] && genv=(-genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES lo)
             run "mpich-$tr" "mpich-$tr$r" "${mpich_run[@]}" "${genv[@]}" "$OUT/bin/peer_mpich" \
                 -C "$COLLS" "${peer_args[@]}"

@@ -92,7 +92,7 @@ launch -n 4 -- sh -c "$ENVPROG"
 check "all ranks succeed: launch exits 0" test "$rc" -eq 0
 check "one line per rank" test "$(wc -l <"$TMP/out")" -eq 4
 env_ok() {
-    local ranks="" secrets="" ports="" jobs="" line pfx r ws lr lws gr ma mp sa sec job tr to
+    local ranks="" secrets="" ports="" jobs="" pfx r ws lr lws gr ma mp sa sec job tr to
     while read -r pfx r ws lr lws gr ma mp sa sec job tr to; do
         [ "$pfx" = "[r$r]" ] || { echo "prefix $pfx does not match RANK=$r"; return 1; }
         [ "$ws" = 4 ] && [ "$lws" = 4 ] || { echo "WORLD_SIZE/LOCAL_WORLD_SIZE wrong: $ws $lws"; return 1; }
@@ -170,13 +170,20 @@ launch -n 2 -- sh -c 'if [ "$RANK" = 0 ]; then kill -USR1 $$; fi; sleep 300'
 check "a rank killed by a signal gives 128+signal" test "$rc" -eq 138
 check "the signal is named" has "rank 0 killed by signal SIGUSR1" "$TMP/err"
 
-# Rank 0 leaves a child behind that must die with it; rank 1 fails.
-launch -n 2 -- sh -c 'if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi
-                      sleep 300 & echo $! > "'"$TMP"'/child.pid"; wait'
+# Ranks that must be in a given state before another rank fails wait for it through a file:
+# `wait_for FILE` (nothing here depends on timing).
+WAIT='wait_for() { i=0; while [ ! -e "$1" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done; }'
+
+# Rank 0 leaves a child behind that must die with it; rank 1 fails once the child exists.
+rm -f "$TMP/child.pid"
+launch -n 2 -- sh -c "$WAIT"'
+                      if [ "$RANK" = 1 ]; then wait_for "'"$TMP"'/child.pid"; exit 3; fi
+                      sleep 300 & echo $! > "'"$TMP"'/child.pid.tmp"
+                      mv "'"$TMP"'/child.pid.tmp" "'"$TMP"'/child.pid"; wait'
 child_gone() {
     local pid
     pid=$(cat "$TMP/child.pid" 2>/dev/null) || return 1
-    for _ in $(seq 50); do
+    for _ in $(seq 100); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.1
     done
@@ -186,16 +193,21 @@ check "other ranks and their children are terminated" child_gone
 check "launch exits with the failing rank's status" test "$rc" -eq 3
 
 # The first failure wins: rank 2 fails first, rank 0 then exits 9 when told to stop.
-launch -n 3 -- sh -c 'case $RANK in
-                        2) exit 3 ;;
-                        0) trap "exit 9" TERM; while :; do sleep 0.1; done ;;
+rm -f "$TMP/ready0"
+launch -n 3 -- sh -c "$WAIT"'
+                      case $RANK in
+                        2) wait_for "'"$TMP"'/ready0"; exit 3 ;;
+                        0) trap "exit 9" TERM; touch "'"$TMP"'/ready0"; while :; do sleep 0.1; done ;;
                         *) sleep 300 ;;
                       esac'
 check "the first failure wins" test "$rc" -eq 3
 check "later exits caused by the teardown are not reported" hasnt "rank 0 exited" "$TMP/err"
 
 # A rank that ignores SIGTERM is killed after the grace period.
-launch -n 2 -- sh -c 'if [ "$RANK" = 1 ]; then exit 4; fi; trap "" TERM; sleep 300'
+rm -f "$TMP/ready0"
+launch -n 2 -- sh -c "$WAIT"'
+                      if [ "$RANK" = 1 ]; then wait_for "'"$TMP"'/ready0"; exit 4; fi
+                      trap "" TERM; touch "'"$TMP"'/ready0"; sleep 300'
 check "a rank ignoring SIGTERM is SIGKILLed" test "$rc" -eq 4
 check "the SIGKILL is reported" has "SIGKILL" "$TMP/err"
 
@@ -253,7 +265,11 @@ check "each rank leads its own process group (a terminal's SIGINT is not deliver
 # A second signal kills ranks that ignore the first.
 bg_launch -n 2 -- sh -c 'trap "" TERM; echo ready; sleep 300'
 kill -TERM "$lpid"
-sleep 0.5
+# Two signals pending at once would merge into one: wait until launch has seen the first.
+for _ in $(seq 300); do
+    has "forwarding it" "$TMP/err" && break
+    sleep 0.1
+done
 kill -TERM "$lpid"
 bg_wait
 check "a second SIGTERM kills all ranks" test "$rc" -eq 137

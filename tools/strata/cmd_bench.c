@@ -21,10 +21,6 @@
  * It is a thin tool: it parses, calls the public communicator API, and prints. It does not know
  * how any collective is implemented beyond the algorithm name the communicator reports.
  */
-#include "base/base.h"
-#include "strata/cmd.h"
-#include "strata/strata.h"
-
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -33,6 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "strata/cmd.h"
+#include "strata/strata.h"
 
 #define BENCH_MAX_SIZES 64
 #define BENCH_ALIGN     64

@@ -21,9 +21,6 @@
  * signal the launcher inherited as ignored (nohup, a background job of a script) stays ignored, and
  * the ranks inherit that too. The launcher itself never calls into the communicator.
  */
-#include "base/base.h"
-#include "strata/cmd.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +41,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "base/base.h"
+#include "strata/cmd.h"
 
 #define LAUNCH_MAX_RANKS     65536
 #define LAUNCH_KILL_GRACE_MS 5000 /* SIGTERM, then SIGKILL this much later */
@@ -446,7 +446,7 @@ static void out_flush(outbuf_t *b)
 
 static void out_put(outbuf_t *b, const char *data, size_t n)
 {
-    if (b->broken)
+    if (b->broken || n == 0)
         return;
     if (b->len + n > sizeof b->data) {
         out_flush(b);
