@@ -3,6 +3,8 @@
 #ifndef STRATA_TOOL_CMD_H
 #define STRATA_TOOL_CMD_H
 
+#include <stdbool.h>
+
 typedef struct strata_cmd {
     const char *name;
     const char *summary;
@@ -24,6 +26,9 @@ int cmd_sched(int argc, char **argv);
 struct strata_cluster;
 int cmd_load_cluster(const char *cluster, const char *slurm, int gpus_per_host, const char *state,
                      struct strata_cluster *out);
+
+/* Parses a whole decimal integer in [lo, hi] into *out; false on garbage or out of range. */
+bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out);
 
 /* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
 int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -100,19 +100,6 @@ static int usage_error(const char *fmt, ...)
     return 2;
 }
 
-static bool parse_ll(const char *s, long long lo, long long hi, long long *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Returns 0, 2 after a usage error, or -1 for --help. */
 static int parse_args(int argc, char **argv, bench_opts_t *o)
 {
@@ -166,18 +153,18 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             if (o->nsizes == 0)
                 return usage_error("%s", "--sizes is empty");
         } else if (!strcmp(a, "-f")) {
-            if (!parse_ll(v, 1, 1 << 20, &o->factor))
+            if (!cmd_parse_int(v, 1, 1 << 20, &o->factor))
                 return usage_error("-f wants a whole factor >= 1, got '%s'", v);
         } else if (!strcmp(a, "-n")) {
-            if (!parse_ll(v, 1, INT_MAX, &n))
+            if (!cmd_parse_int(v, 1, INT_MAX, &n))
                 return usage_error("-n wants a number of iterations >= 1, got '%s'", v);
             o->iters = (int)n;
         } else if (!strcmp(a, "-w")) {
-            if (!parse_ll(v, 0, INT_MAX, &n))
+            if (!cmd_parse_int(v, 0, INT_MAX, &n))
                 return usage_error("-w wants a number of warm-up iterations >= 0, got '%s'", v);
             o->warmup = (int)n;
         } else if (!strcmp(a, "-c")) {
-            if (!parse_ll(v, 0, 1, &n))
+            if (!cmd_parse_int(v, 0, 1, &n))
                 return usage_error("-c wants 0 or 1, got '%s'", v);
             o->check = n != 0;
         } else if (!strcmp(a, "-d")) {
@@ -187,7 +174,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             if (strata_op_parse(v, &o->op) != STRATA_OK)
                 return usage_error("-o: unknown op '%s' (sum prod min max avg)", v);
         } else if (!strcmp(a, "-r")) {
-            if (!parse_ll(v, 0, INT_MAX, &n))
+            if (!cmd_parse_int(v, 0, INT_MAX, &n))
                 return usage_error("-r wants a rank >= 0, got '%s'", v);
             o->root = (int)n;
         } else {

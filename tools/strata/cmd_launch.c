@@ -153,19 +153,6 @@ static int usage_error(const char *fmt, ...)
     return 2;
 }
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Returns 0, or 2 after printing a usage error, or -1 for --help. Options end at the first
  * argument that is not one (the program) or after "--". */
 static int parse_args(int argc, char **argv, launch_opts_t *o)
@@ -211,7 +198,7 @@ static int parse_args(int argc, char **argv, launch_opts_t *o)
         }
         long long v;
         if (is_n) {
-            if (!parse_int(val, LLONG_MIN, LLONG_MAX, &v))
+            if (!cmd_parse_int(val, LLONG_MIN, LLONG_MAX, &v))
                 return usage_error("-n wants a number of ranks, got '%s'", val);
             if (v < 1)
                 return usage_error("-n must be at least 1, got %s", val);
@@ -219,7 +206,7 @@ static int parse_args(int argc, char **argv, launch_opts_t *o)
                 return usage_error("-n %s: too many ranks for one machine", val);
             o->nranks = (int)v;
         } else {
-            if (!parse_int(val, -1, LLONG_MAX, &v))
+            if (!cmd_parse_int(val, -1, LLONG_MAX, &v))
                 return usage_error("--timeout-ms wants milliseconds (-1 = never), got '%s'", val);
             o->timeout_ms = v;
         }

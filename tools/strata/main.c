@@ -1,6 +1,8 @@
 /* The strata command: dispatches to subcommands listed in one table. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "strata/strata.h"
@@ -16,6 +18,19 @@ static const strata_cmd_t commands[] = {
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };
+
+bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
 
 int cmd_fail(const char *hint, const char *fmt, ...)
 {
