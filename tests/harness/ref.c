@@ -66,42 +66,7 @@ static double value_at(strata_dtype_t dtype, uint64_t base, int rank, size_t ind
     return is_float(dtype) ? float_value(h) : (double)int_value(dtype, h, rank, index);
 }
 
-/* Element access through double (floats) or int64 (integers). */
-static void store_float(strata_dtype_t dtype, void *buf, size_t i, double v)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_F32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    case STRATA_DTYPE_F64:
-        ((double *)buf)[i] = v;
-        break;
-    case STRATA_DTYPE_F16:
-        ((uint16_t *)buf)[i] = st_f32_to_f16((float)v);
-        break;
-    case STRATA_DTYPE_BF16:
-        ((uint16_t *)buf)[i] = st_f32_to_bf16((float)v);
-        break;
-    default:
-        break;
-    }
-}
-
-static double load_float(strata_dtype_t dtype, const void *buf, size_t i)
-{
-    switch (dtype) {
-    case STRATA_DTYPE_F32:
-        return ((const float *)buf)[i];
-    case STRATA_DTYPE_F64:
-        return ((const double *)buf)[i];
-    case STRATA_DTYPE_F16:
-        return st_f16_to_f32(((const uint16_t *)buf)[i]);
-    case STRATA_DTYPE_BF16:
-        return st_bf16_to_f32(((const uint16_t *)buf)[i]);
-    default:
-        return 0;
-    }
-}
+/* Element access: floats through st_dtype_load/st_dtype_store, integers exactly through int64. */
 
 /* Reduces v into the integer type's range the way the kernels' unsigned arithmetic does. */
 static int64_t wrap_int(strata_dtype_t dtype, uint64_t v)
@@ -153,7 +118,7 @@ void st_ref_fill(strata_dtype_t dtype, void *buf, size_t count, int rank, uint64
     for (size_t i = 0; i < count; i++) {
         double v = value_at(dtype, base, rank, i);
         if (is_float(dtype))
-            store_float(dtype, buf, i, v);
+            st_dtype_store(dtype, buf, i, v);
         else
             store_int(dtype, buf, i, (int64_t)v);
     }
@@ -211,7 +176,7 @@ void st_ref_allreduce(strata_dtype_t dtype, strata_op_t op, int nranks, size_t c
             }
             if (op == STRATA_OP_AVG)
                 acc /= nranks;
-            store_float(dtype, out, i, acc);
+            st_dtype_store(dtype, out, i, acc);
         } else {
             int64_t acc = 0;
             for (int r = 0; r < nranks; r++) {
@@ -277,7 +242,7 @@ bool st_ref_compare(strata_dtype_t dtype, strata_op_t op, int nranks, const void
             }
             continue;
         }
-        double e = load_float(dtype, expected, i), g = load_float(dtype, got, i);
+        double e = st_dtype_load(dtype, expected, i), g = st_dtype_load(dtype, got, i);
         double tol = st_ref_tolerance(dtype, op, nranks, e);
         bool ok;
         if (isnan(e) || isnan(g))

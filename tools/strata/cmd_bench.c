@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "comm/algo/reduce_op.h"
 #include "strata/cmd.h"
 #include "strata/strata.h"
 
@@ -247,117 +248,6 @@ static double busbw_factor(strata_coll_t c, int nranks)
 
 /* ---- element access ------------------------------------------------------------------------ */
 
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10)
-            return (uint16_t)sign;
-        mant |= 0x800000u;
-        unsigned shift = (unsigned)(14 - e);
-        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (h & 1)))
-            h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-        h++; // a carry into the exponent is the correct rounding
-    return (uint16_t)(sign | h);
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
-    if (exp == 0) {
-        float f = (float)mant / 16777216.0f; // subnormal: mant * 2^-24
-        return sign ? -f : f;
-    }
-    if (exp == 31)
-        x = sign | 0x7f800000u | (mant << 13);
-    else
-        x = sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u); // quiet NaN
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static float bf16_to_f32(uint16_t b)
-{
-    uint32_t x = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-static void put(strata_dtype_t dt, void *buf, size_t i, double v)
-{
-    switch (dt) {
-    case STRATA_DTYPE_F32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    case STRATA_DTYPE_F64:
-        ((double *)buf)[i] = v;
-        break;
-    case STRATA_DTYPE_F16:
-        ((uint16_t *)buf)[i] = f32_to_f16((float)v);
-        break;
-    case STRATA_DTYPE_BF16:
-        ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
-        break;
-    case STRATA_DTYPE_I32:
-        ((int32_t *)buf)[i] = (int32_t)v;
-        break;
-    case STRATA_DTYPE_I64:
-        ((int64_t *)buf)[i] = (int64_t)v;
-        break;
-    case STRATA_DTYPE_U8:
-        ((uint8_t *)buf)[i] = (uint8_t)v;
-        break;
-    default:
-        break;
-    }
-}
-
-static double get(strata_dtype_t dt, const void *buf, size_t i)
-{
-    switch (dt) {
-    case STRATA_DTYPE_F32:
-        return ((const float *)buf)[i];
-    case STRATA_DTYPE_F64:
-        return ((const double *)buf)[i];
-    case STRATA_DTYPE_F16:
-        return f16_to_f32(((const uint16_t *)buf)[i]);
-    case STRATA_DTYPE_BF16:
-        return bf16_to_f32(((const uint16_t *)buf)[i]);
-    case STRATA_DTYPE_I32:
-        return ((const int32_t *)buf)[i];
-    case STRATA_DTYPE_I64:
-        return (double)((const int64_t *)buf)[i];
-    case STRATA_DTYPE_U8:
-        return ((const uint8_t *)buf)[i];
-    default:
-        return 0;
-    }
-}
-
 /* ---- deterministic data and its expected reduction ----------------------------------------- */
 
 /* What a rank contributes and what the result must be, for the reduction collectives. Values are
@@ -480,17 +370,17 @@ static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *s
     case STRATA_COLL_REDUCE:
     case STRATA_COLL_REDUCE_SCATTER:
         for (size_t i = 0; i < sh->send_count; i++)
-            put(dt, send, i, red_value(f, rank, i));
+            st_dtype_store(dt, send, i, red_value(f, rank, i));
         break;
     case STRATA_COLL_BCAST:
         if (rank == o->root)
             for (size_t k = 0; k < sh->recv_count; k++)
-                put(dt, recv, k, data_value(rank, 0, k));
+                st_dtype_store(dt, recv, k, data_value(rank, 0, k));
         break;
     case STRATA_COLL_ALLGATHER:
     case STRATA_COLL_GATHER:
         for (size_t k = 0; k < sh->send_count; k++)
-            put(dt, send, k, data_value(rank, 0, k));
+            st_dtype_store(dt, send, k, data_value(rank, 0, k));
         break;
     case STRATA_COLL_ALLTOALL:
     case STRATA_COLL_SCATTER:
@@ -498,7 +388,7 @@ static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *s
             break;
         for (int j = 0; j < nranks; j++)
             for (size_t k = 0; k < sh->param; k++)
-                put(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
+                st_dtype_store(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
         break;
     default:
         break;
@@ -517,16 +407,16 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
         if (o->coll == STRATA_COLL_REDUCE && rank != o->root)
             break;
         for (size_t i = 0; i < sh->recv_count; i++)
-            wrong += !close_enough(f, get(dt, recv, i), red_expect(f, i));
+            wrong += !close_enough(f, st_dtype_load(dt, recv, i), red_expect(f, i));
         break;
     case STRATA_COLL_REDUCE_SCATTER:
         for (size_t k = 0; k < sh->recv_count; k++)
             wrong +=
-                !close_enough(f, get(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
+                !close_enough(f, st_dtype_load(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
         break;
     case STRATA_COLL_BCAST:
         for (size_t k = 0; k < sh->recv_count; k++)
-            wrong += get(dt, recv, k) != data_value(o->root, 0, k);
+            wrong += st_dtype_load(dt, recv, k) != data_value(o->root, 0, k);
         break;
     case STRATA_COLL_ALLGATHER:
     case STRATA_COLL_GATHER:
@@ -534,16 +424,16 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
             break;
         for (int j = 0; j < nranks; j++)
             for (size_t k = 0; k < sh->param; k++)
-                wrong += get(dt, recv, (size_t)j * sh->param + k) != data_value(j, 0, k);
+                wrong += st_dtype_load(dt, recv, (size_t)j * sh->param + k) != data_value(j, 0, k);
         break;
     case STRATA_COLL_ALLTOALL:
         for (int i = 0; i < nranks; i++)
             for (size_t k = 0; k < sh->param; k++)
-                wrong += get(dt, recv, (size_t)i * sh->param + k) != data_value(i, rank, k);
+                wrong += st_dtype_load(dt, recv, (size_t)i * sh->param + k) != data_value(i, rank, k);
         break;
     case STRATA_COLL_SCATTER:
         for (size_t k = 0; k < sh->param; k++)
-            wrong += get(dt, recv, k) != data_value(o->root, rank, k);
+            wrong += st_dtype_load(dt, recv, k) != data_value(o->root, rank, k);
         break;
     default:
         break;

@@ -474,3 +474,31 @@ void st_reduce_finish_avg(strata_dtype_t dtype, void *buf, size_t count, int n)
         return;
     divs[dtype](buf, count, n);
 }
+
+double st_dtype_load(strata_dtype_t dtype, const void *buf, size_t i)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_F32: return ((const float *)buf)[i];
+    case STRATA_DTYPE_F64: return ((const double *)buf)[i];
+    case STRATA_DTYPE_F16: return st_f16_to_f32(((const uint16_t *)buf)[i]);
+    case STRATA_DTYPE_BF16: return st_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case STRATA_DTYPE_I32: return ((const int32_t *)buf)[i];
+    case STRATA_DTYPE_I64: return (double)((const int64_t *)buf)[i];
+    case STRATA_DTYPE_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+void st_dtype_store(strata_dtype_t dtype, void *buf, size_t i, double v)
+{
+    switch (dtype) {
+    case STRATA_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case STRATA_DTYPE_F64: ((double *)buf)[i] = v; break;
+    case STRATA_DTYPE_F16: ((uint16_t *)buf)[i] = st_f32_to_f16((float)v); break;
+    case STRATA_DTYPE_BF16: ((uint16_t *)buf)[i] = st_f32_to_bf16((float)v); break;
+    case STRATA_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case STRATA_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case STRATA_DTYPE_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}

@@ -17,6 +17,11 @@ void st_reduce(strata_dtype_t dtype, strata_op_t op, void *dst, const void *a, c
 /* Divides every element by n (integer division for integer types), finishing an AVG. */
 void st_reduce_finish_avg(strata_dtype_t dtype, void *buf, size_t count, int n);
 
+/* Element i of buf as a double, and a double stored as element i (floats rounded to nearest even,
+ * integers converted by C's rules). Slow, per element: for tools and tests, not hot loops. */
+double st_dtype_load(strata_dtype_t dtype, const void *buf, size_t i);
+void st_dtype_store(strata_dtype_t dtype, void *buf, size_t i, double v);
+
 float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_f16(float f);
 float st_bf16_to_f32(uint16_t b);
