@@ -30,6 +30,12 @@ int cmd_load_cluster(const char *cluster, const char *slurm, int gpus_per_host, 
 /* Parses a whole decimal integer in [lo, hi] into *out; false on garbage or out of range. */
 bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out);
 
+/* An integer option value: parses `value` of option `flag` into *out (an int in [lo, hi]), or
+ * prints "strata CMD: FLAG expects an integer in [lo, hi], got 'value'" and returns false (a usage
+ * error). */
+bool cmd_int_option(const char *cmd, const char *flag, const char *value, long long lo,
+                    long long hi, int *out);
+
 /* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
 int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

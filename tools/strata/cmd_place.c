@@ -1,17 +1,16 @@
 /* `strata place`: places one job on a cluster (src/sched) and writes what Slurm, Open MPI and
  * torchrun take, with the cost of the placement beside hostname-order and random placements. Also
  * holds the cluster loading shared with `strata sched` (cmd_sched.c). */
-#include "strata/sched.h"
-#include "strata/strata.h"
-
-#include "strata/cmd.h"
-
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "strata/cmd.h"
+#include "strata/sched.h"
+#include "strata/strata.h"
 
 static const char *usage_text =
     "usage: strata place CLUSTER [STATE] JOB [OUTPUTS]\n"
@@ -88,8 +87,10 @@ static int parse_bytes(const char *s, strata_job_t *job)
             if (!strcmp(kv, strata_dim_name((strata_dim_t)k)))
                 d = k;
         if (d < 0 || *end || !(v >= 0))
-            return cmd_fail(NULL, "--bytes: expected tp|cp|pp|dp=non-negative number, got "
-                            "\"%s=%s\"", kv, eq + 1);
+            return cmd_fail(NULL,
+                            "--bytes: expected tp|cp|pp|dp=non-negative number, got "
+                            "\"%s=%s\"",
+                            kv, eq + 1);
         job->bytes[d] = v;
     }
     return 0;
@@ -129,10 +130,10 @@ static json_object *cost_json(const strata_cluster_t *c, const strata_cost_t *k)
     for (int i = 0; i < STRATA_DIM_COUNT; i++) {
         json_object *e = json_object_new_object();
         json_object_object_add(e, "s", json_object_new_double(k->dim_s[i]));
-        json_object_object_add(
-            e, "level",
-            json_object_new_string(k->dim_level[i] >= 0 ? c->topo.level[k->dim_level[i]].name
-                                                        : "none"));
+        json_object_object_add(e, "level",
+                               json_object_new_string(k->dim_level[i] >= 0
+                                                          ? c->topo.level[k->dim_level[i]].name
+                                                          : "none"));
         json_object_object_add(d, strata_dim_name((strata_dim_t)i), e);
     }
     json_object_object_add(o, "dims", d);
@@ -169,8 +170,7 @@ int cmd_place(int argc, char **argv)
             continue;
         }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
-            fprintf(stderr, "strata place: \"%s\" is unknown or needs a value\n%s", a,
-                    usage_text);
+            fprintf(stderr, "strata place: \"%s\" is unknown or needs a value\n%s", a, usage_text);
             return 2;
         }
         const char *v = argv[++i];
@@ -182,29 +182,46 @@ int cmd_place(int argc, char **argv)
             state = v;
         else if (!strcmp(a, "--plan"))
             plan = v;
-        else if (!strcmp(a, "--gpus-per-host"))
-            gph = atoi(v);
-        else if (!strcmp(a, "--tp"))
-            tp = atoi(v);
-        else if (!strcmp(a, "--cp"))
-            cp = atoi(v);
-        else if (!strcmp(a, "--pp"))
-            pp = atoi(v);
-        else if (!strcmp(a, "--dp"))
-            dp = atoi(v);
-        else if (!strcmp(a, "--world"))
-            world = atoll(v);
-        else if (!strcmp(a, "--order"))
+        else if (!strcmp(a, "--gpus-per-host")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &gph))
+                return 2;
+        } else if (!strcmp(a, "--tp")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &tp))
+                return 2;
+        } else if (!strcmp(a, "--cp")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &cp))
+                return 2;
+        } else if (!strcmp(a, "--pp")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &pp))
+                return 2;
+        } else if (!strcmp(a, "--dp")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &dp))
+                return 2;
+        } else if (!strcmp(a, "--world")) {
+            if (!cmd_parse_int(v, 0, LLONG_MAX, &world)) {
+                fprintf(stderr, "strata place: --world expects a non-negative integer, got '%s'\n",
+                        v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--order"))
             order = v;
-        else if (!strcmp(a, "--procs-per-host"))
-            pph = atoi(v);
-        else if (!strcmp(a, "--bytes"))
+        else if (!strcmp(a, "--procs-per-host")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &pph))
+                return 2;
+        } else if (!strcmp(a, "--bytes"))
             bytes = v;
-        else if (!strcmp(a, "--seed"))
-            po.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--spares"))
-            spares = atoi(v);
-        else if (!strcmp(a, "--spare-level"))
+        else if (!strcmp(a, "--seed")) {
+            long long n;
+            if (!cmd_parse_int(v, 0, LLONG_MAX, &n)) {
+                fprintf(stderr, "strata place: --seed expects a non-negative integer, got '%s'\n",
+                        v);
+                return 2;
+            }
+            po.seed = (unsigned long long)n;
+        } else if (!strcmp(a, "--spares")) {
+            if (!cmd_int_option("place", a, v, INT_MIN, INT_MAX, &spares))
+                return 2;
+        } else if (!strcmp(a, "--spare-level"))
             spare_level = v;
         else if (!strcmp(a, "--hostfile"))
             hostfile = v;
@@ -310,8 +327,9 @@ int cmd_place(int argc, char **argv)
                 json_object_object_add(bj, strata_policy_name((strata_policy_t)k),
                                        cost_json(&c, &base[k].cost));
         json_object_object_add(o, "baselines", bj);
-        json_object_object_add(o, "gain_vs_hostname_order",
-                               json_object_new_double(p.cost.total_s > 0 ? ff / p.cost.total_s : 1));
+        json_object_object_add(
+            o, "gain_vs_hostname_order",
+            json_object_new_double(p.cost.total_s > 0 ? ff / p.cost.total_s : 1));
         json_object *hs = json_object_new_array();
         for (int j = 0; j < p.nhosts; j++)
             json_object_array_add(hs, json_object_new_string(c.hosts[p.hosts[j]].name));

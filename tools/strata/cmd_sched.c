@@ -1,16 +1,15 @@
 /* `strata sched`: replays a trace of job arrivals and host failures on a cluster under each
  * placement policy (src/sched/sim.c) and prints, per policy, utilisation, waits, traffic across
  * racks and zones, fragmentation, spare use and rescheduling time; --json and an SVG plot. */
-#include "strata/sched.h"
-#include "strata/strata.h"
-
-#include "strata/cmd.h"
-
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/cmd.h"
+#include "strata/sched.h"
+#include "strata/strata.h"
 
 static const char *usage_text =
     "usage: strata sched --cluster NAME|FILE.json | --slurm topology.conf [--state FILE]\n"
@@ -79,23 +78,33 @@ int cmd_sched(int argc, char **argv)
             slurm = v;
         else if (!strcmp(a, "--state"))
             state = v;
-        else if (!strcmp(a, "--gpus-per-host"))
-            gph = atoi(v);
-        else if (!strcmp(a, "--trace"))
+        else if (!strcmp(a, "--gpus-per-host")) {
+            if (!cmd_int_option("sched", a, v, INT_MIN, INT_MAX, &gph))
+                return 2;
+        } else if (!strcmp(a, "--trace"))
             trace_path = v;
         else if (!strcmp(a, "--write-trace"))
             write_trace = v;
-        else if (!strcmp(a, "--jobs"))
-            jobs = atoi(v);
-        else if (!strcmp(a, "--failures"))
-            failures = atoi(v);
-        else if (!strcmp(a, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--policy"))
+        else if (!strcmp(a, "--jobs")) {
+            if (!cmd_int_option("sched", a, v, INT_MIN, INT_MAX, &jobs))
+                return 2;
+        } else if (!strcmp(a, "--failures")) {
+            if (!cmd_int_option("sched", a, v, INT_MIN, INT_MAX, &failures))
+                return 2;
+        } else if (!strcmp(a, "--seed")) {
+            long long n;
+            if (!cmd_parse_int(v, 0, LLONG_MAX, &n)) {
+                fprintf(stderr, "strata sched: --seed expects a non-negative integer, got '%s'\n",
+                        v);
+                return 2;
+            }
+            seed = (unsigned long long)n;
+        } else if (!strcmp(a, "--policy"))
             policy = v;
-        else if (!strcmp(a, "--spares"))
-            spares = atoi(v);
-        else if (!strcmp(a, "--spare-level"))
+        else if (!strcmp(a, "--spares")) {
+            if (!cmd_int_option("sched", a, v, INT_MIN, INT_MAX, &spares))
+                return 2;
+        } else if (!strcmp(a, "--spare-level"))
             spare_level = v;
         else if (!strcmp(a, "--svg"))
             svg = v;
@@ -170,20 +179,21 @@ int cmd_sched(int argc, char **argv)
     } else {
         printf("cluster %s: %d hosts; trace: %d events (seed %llu); spares %d per %s\n",
                c.topo.name, c.nhosts, tr.nevents, seed, spares,
-               c.topo.level[so.spare_level >= 1 ? so.spare_level
-                                                : (c.topo.nlevels > 2 ? c.topo.nlevels - 2 : 1)]
+               c.topo
+                   .level[so.spare_level >= 1 ? so.spare_level
+                                              : (c.topo.nlevels > 2 ? c.topo.nlevels - 2 : 1)]
                    .name);
         printf("%-10s %6s %6s %9s %9s %11s %11s %7s %6s %6s %7s %9s %8s\n", "policy", "util",
-               "frag", "wait s", "wait p95", "xzone TB.s", "xrack TB.s", "fails", "spare",
-               "moved", "restart", "resched", "wall s");
+               "frag", "wait s", "wait p95", "xzone TB.s", "xrack TB.s", "fails", "spare", "moved",
+               "restart", "resched", "wall s");
         for (int i = 0; i < nrep; i++) {
             const strata_sim_report_t *r = &rep[i];
             printf("%-10s %5.1f%% %5.1f%% %9.0f %9.0f %11.3g %11.3g %7d %6d %6lld %7d %7.1fus "
                    "%8.3f\n",
                    strata_policy_name(r->policy), 100 * r->utilisation, 100 * r->fragmentation,
                    r->wait_mean_s, r->wait_p95_s, r->cross_zone_bytes / 1e12,
-                   r->cross_rack_bytes / 1e12, r->failures_hit_jobs, r->spare_used,
-                   r->ranks_moved, r->restarts, r->resched_mean_us, r->wall_s);
+                   r->cross_rack_bytes / 1e12, r->failures_hit_jobs, r->spare_used, r->ranks_moved,
+                   r->restarts, r->resched_mean_us, r->wall_s);
         }
     }
     if (svg) {

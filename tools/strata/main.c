@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/strata.h"
 #include "strata/cmd.h"
+#include "strata/strata.h"
 
 static const strata_cmd_t commands[] = {
     {"launch", "start N local ranks of a program with a launcher environment", cmd_launch},
@@ -32,6 +32,19 @@ bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out)
     return true;
 }
 
+bool cmd_int_option(const char *cmd, const char *flag, const char *value, long long lo,
+                    long long hi, int *out)
+{
+    long long v;
+    if (!cmd_parse_int(value, lo, hi, &v)) {
+        fprintf(stderr, "strata %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag,
+                lo, hi, value);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 int cmd_fail(const char *hint, const char *fmt, ...)
 {
     va_list ap;
@@ -47,7 +60,8 @@ int cmd_fail(const char *hint, const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "strata %s: topology-aware distributed training\n\nusage: strata <command> [args]\n\n",
+    fprintf(f,
+            "strata %s: topology-aware distributed training\n\nusage: strata <command> [args]\n\n",
             STRATA_VERSION_STRING);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
