@@ -85,7 +85,8 @@ static strata_status_t split_addr(const char *addr, struct sockaddr_in *sa)
     sa->sin_family = AF_INET;
     sa->sin_port = htons((uint16_t)atoi(colon + 1));
     if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "bad tcp address '%s' (want an IPv4 address)", addr);
+        return st_error(STRATA_ERR_INVALID_ARG, "bad tcp address '%s' (want an IPv4 address)",
+                        addr);
     return STRATA_OK;
 }
 
@@ -103,7 +104,8 @@ static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
     if (*ifaddr) {
         if (inet_pton(AF_INET, ifaddr, &sa.sin_addr) != 1) {
             free(t);
-            return st_error(STRATA_ERR_INVALID_ARG, "STRATA_TCP_IFADDR=%s is not an IPv4 address", ifaddr);
+            return st_error(STRATA_ERR_INVALID_ARG, "STRATA_TCP_IFADDR=%s is not an IPv4 address",
+                            ifaddr);
         }
     } else {
         struct sockaddr_in local;
@@ -200,7 +202,8 @@ static strata_status_t open_tx(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, 
     if (send(fd, &h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h) {
         int e = errno;
         close(fd);
-        return st_error_errno(STRATA_ERR_PEER_FAILED, e, "greeting %s", st_ep_peer_name(ep, peer->rank));
+        return st_error_errno(STRATA_ERR_PEER_FAILED, e, "greeting %s",
+                              st_ep_peer_name(ep, peer->rank));
     }
     c->tx_fd = fd;
     return STRATA_OK;
@@ -220,6 +223,11 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
         st_msg_t *m = peer->sendq;
         if (c->tx_fd < 0) {
             strata_status_t rc = open_tx(ep, t, peer, c);
+            // An unreachable peer has usually exited after a failure elsewhere: let the endpoint
+            // report that root cause, as it does for a connection that closes.
+            if (rc == STRATA_ERR_PEER_FAILED)
+                return st_ep_peer_lost(ep, peer->rank, "could not be reached (%s)",
+                                       strata_last_error());
             if (rc < 0)
                 return st_ep_fail(ep, rc, "%s", strata_last_error());
         }
@@ -258,7 +266,8 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
 }
 
 /* Reads what the socket holds for the message being received; returns false when it would block. */
-static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c, bool *more, bool *moved)
+static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c, bool *more,
+                                    bool *moved)
 {
     st_msg_t *m = c->rx_cur;
     bool staged = m->reduce && !m->unexpected;
@@ -311,7 +320,8 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
     bool more = true;
     while (more) {
         if (c->rx_hdr_done < 16) {
-            ssize_t r = recv(c->rx_fd, c->rx_hdr + c->rx_hdr_done, 16 - c->rx_hdr_done, MSG_DONTWAIT);
+            ssize_t r =
+                recv(c->rx_fd, c->rx_hdr + c->rx_hdr_done, 16 - c->rx_hdr_done, MSG_DONTWAIT);
             if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
                 return STRATA_OK;
             if (r <= 0) {
