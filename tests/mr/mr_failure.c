@@ -31,17 +31,21 @@ static int killed_mid_allreduce(int rank, int n, void *arg)
     const int victim = n - 1;
     const size_t count = 8u << 20; // 32 MiB: long enough to be interrupted
     float *buf = calloc(count, sizeof *buf);
-    ST_RANK_CHECK_OK(strata_barrier(c));
-    strata_request_t *req;
-    ST_RANK_CHECK_OK(strata_iallreduce(c, buf, buf, count, STRATA_DTYPE_F32, STRATA_OP_SUM, &req));
-    if (rank == victim) {
-        bool done = false;
-        for (int i = 0; i < 50 && !done; i++)
-            strata_request_test(req, &done);
-        raise(SIGKILL);
-    }
     double t0 = now_s();
-    strata_status_t rc = strata_request_wait(req);
+    // A barrier guarantees everyone entered, not that everyone left: the victim may die while a
+    // survivor is still finishing it, and then the barrier is the pending call that must fail.
+    strata_status_t rc = strata_barrier(c);
+    if (rc == STRATA_OK) {
+        strata_request_t *req;
+        ST_RANK_CHECK_OK(strata_iallreduce(c, buf, buf, count, STRATA_DTYPE_F32, STRATA_OP_SUM, &req));
+        if (rank == victim) {
+            bool done = false;
+            for (int i = 0; i < 50 && !done; i++)
+                strata_request_test(req, &done);
+            raise(SIGKILL);
+        }
+        rc = strata_request_wait(req);
+    }
     // On a slow build the victim may have sent all its data before dying, and then the allreduce
     // legitimately completes here; the failure must then surface in the next call.
     if (rc == STRATA_OK)
