@@ -96,6 +96,88 @@ STRATA_API double strata_netmodel_p2p(double bytes, const strata_link_t *link);
 /* Members of `group`. */
 STRATA_API long long strata_group_size(const strata_group_t *group);
 
+
+/* ---- collectives on a fabric: transfer plans and their cost (src/netmodel/xfer_plan.c, flows.c)
+ *
+ * A topology-aware algorithm is written once as a transfer plan: every point-to-point transfer of
+ * the collective, for every rank, each in a numbered slot. In slot t a rank sends and receives its
+ * transfers of slot t; slot t+1 starts when they are done. The communicator executes the transfers
+ * of its own rank (comm/algo/topo.c); the cost model prices the whole plan, slot by slot, with
+ * every transfer of a slot sharing the links it crosses. So what is predicted is exactly what runs.
+ *
+ * Data is one vector per rank, cut into per-rank blocks (off/len in elements): after a
+ * reduce-scatter, rank b holds the reduction of block b; an allgather starts with rank b holding
+ * block b; an allreduce is both. Transfers move element ranges at the same offset from the
+ * sender's vector to the receiver's, adding (reduce) or copying. */
+
+typedef enum strata_plan_kind {
+    STRATA_PLAN_RING = 0,  /* flat ring in communicator rank order (what a topology-blind ring does) */
+    STRATA_PLAN_RING_TREE, /* flat ring in tree order: every unit contiguous */
+    STRATA_PLAN_HIER,      /* hierarchical: reduce-scatter inside the lowest level, recurse across
+                              the next level on the shards, allgather back; pipelined in segments */
+    STRATA_PLAN_KIND_COUNT
+} strata_plan_kind_t;
+
+typedef enum strata_plan_phase {
+    STRATA_PHASE_REDUCE_SCATTER = 1,
+    STRATA_PHASE_ALLGATHER = 2,
+    STRATA_PHASE_ALLREDUCE = 3, /* both */
+} strata_plan_phase_t;
+
+typedef struct strata_xfer {
+    int slot;
+    int src, dst;      /* ranks of the fabric */
+    size_t off, len;   /* elements */
+    bool reduce;       /* the receiver adds (reduce-scatter) instead of copying (allgather) */
+} strata_xfer_t;
+
+typedef struct strata_xfer_plan {
+    strata_xfer_t *x;
+    int n, cap;
+    int nslots;        /* slots used by the whole plan (the same on every rank) */
+} strata_xfer_plan_t;
+
+/* "ring", "ring_tree", "hier"; NULL when out of range. */
+STRATA_API const char *strata_plan_kind_name(strata_plan_kind_t kind);
+
+/* Pipelining of the hierarchical plan: every block is cut into `segments` pieces, piece k
+ * starting `k * stagger` slots after piece 0, so the levels of the fabric work at once. */
+typedef struct strata_pipeline {
+    int segments; /* >= 1 */
+    int stagger;  /* >= 1 */
+} strata_pipeline_t;
+
+/* Builds the plan of `kind` for `phase` on fabric `f` with per-rank blocks (off[b], len[b] in
+ * elements). `pipe` pipelines the hierarchical plan (NULL: one segment; rings ignore it).
+ * `only_rank` >= 0 keeps only the transfers that rank sends or receives (what the communicator
+ * executes); -1 keeps all (what the model prices). Errors: STRATA_ERR_NO_MEMORY,
+ * STRATA_ERR_INVALID_ARG. The plan is freed with strata_xfer_plan_free. */
+STRATA_API strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kind_t kind,
+                                                  strata_plan_phase_t phase, const size_t *off,
+                                                  const size_t *len, const strata_pipeline_t *pipe,
+                                                  int only_rank, strata_xfer_plan_t *out);
+STRATA_API void strata_xfer_plan_free(strata_xfer_plan_t *p);
+
+/* Seconds for concurrent flows (src -> dst, bytes each) on `f`: each flow crosses its endpoints'
+ * unit uplinks up to their common level (capacity size * bw / oversubscription, times the level's
+ * efficiency when set) and the sender's and receiver's own link at that level (bw); it gets the
+ * smallest fair share along its path; the slowest flow, plus its level's latency, sets the time. */
+STRATA_API double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *src,
+                                             const int *dst, const double *bytes);
+
+/* Predicted seconds of a whole plan: the sum over slots of the slot's flows time. */
+STRATA_API double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_plan_t *p,
+                                            size_t esize);
+
+/* Predicted seconds of allreduce / reduce_scatter / allgather (`bytes` as defined at the top) with
+ * the plan `kind` on `f`, blocks even; negative for another collective. The hierarchical plan is
+ * priced over a small grid of pipelines (1..16 segments, staggers 1..4) and the best is returned,
+ * with its pipeline in *pipe (may be NULL). The communicator chooses with it; `strata bench`
+ * prints it. */
+STRATA_API double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
+                                              strata_plan_kind_t kind, double bytes, size_t esize,
+                                              strata_pipeline_t *pipe);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "strata/status.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -111,6 +112,13 @@ STRATA_API const char *strata_topo_preset_summary(int i);
  * field; the message is "path:line: expected ...". */
 STRATA_API strata_status_t strata_topo_load(const char *path, strata_topo_t *out);
 
+/* A cluster file may also place hosts: "hosts": [{"names": "node[01-04]", "path": "zone1/rack1"}]
+ * (Slurm hostlists). This gives `host`'s path, "zone1/rack1/node03", in out (cap bytes). Errors:
+ * STRATA_ERR_UNSUPPORTED when the file has no "hosts"; STRATA_ERR_INVALID_ARG when `host` is not
+ * listed; those of strata_topo_load. */
+STRATA_API strata_status_t strata_topo_host_path(const char *file, const char *host, char *out,
+                                                 size_t cap);
+
 /* Parses the same format from a string; `origin` names it in messages. */
 STRATA_API strata_status_t strata_topo_parse(const char *text, const char *origin,
                                              strata_topo_t *out);
@@ -170,6 +178,69 @@ STRATA_API strata_status_t strata_slurm_topo_load(const char *path, strata_slurm
 STRATA_API strata_status_t strata_slurm_topo_parse(const char *text, const char *origin,
                                                    strata_slurm_topo_t *out);
 STRATA_API void strata_slurm_topo_free(strata_slurm_topo_t *t);
+
+
+/* ---- a job's ranks on the fabric (src/topo/fabric.c) -------------------------------------------
+ *
+ * Where the tree above describes the fabric's levels, a fabric says where each rank of one job
+ * sits: for every level l (innermost first, the levels of `topo`), the unit of that level holding
+ * the rank (its host, its rack, ...). Units need not be of equal size: racks of unequal size and a
+ * lone host are described as they are. Two ranks whose lowest common unit is at level l talk over
+ * level l's links; a unit's uplink towards level l+1 carries size(unit) * bw(l+1) / oversub(l+1).
+ * The outermost level holds every rank. The cost model (netmodel.h) and the communicator's
+ * topology-aware algorithms read it. */
+
+typedef struct strata_fabric {
+    int nranks;
+    strata_topo_t topo; /* the levels (names, links); fanout is ignored */
+    int *unit;          /* unit[l * nranks + r]: rank r's unit at level l, dense from 0 in order of
+                           first appearance by rank; the outermost level is all 0 */
+    int *nunits;        /* units per level */
+} strata_fabric_t;
+
+/* Places `nranks` ranks given each one's path, outermost component first ("zone1/rack3/host7"; the
+ * last component is the innermost unit, a host). Paths shorter than the tree are padded at the
+ * outer end (a path "host7" in a host<rack<spine tree puts the rank in one rack shared with every
+ * other short path); levels beyond the path's depth, up to the outermost, are shared by all.
+ * `topo` gives the levels; NULL uses strata_fabric_default_levels() with depth+1 levels. Errors:
+ * STRATA_ERR_INVALID_ARG for a path with an empty component or deeper than the tree can hold. */
+STRATA_API strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
+                                                    const char *const *paths, strata_fabric_t *out);
+
+/* Places ranks given each one's unit key per level (keys[r * nlevels + l]; equal keys at a level
+ * mean the same unit; the outermost level is forced shared). Used by the communicator, which
+ * exchanges 64-bit hashes of the path prefixes. */
+STRATA_API strata_status_t strata_fabric_from_keys(const strata_topo_t *topo, int nranks,
+                                                   const uint64_t *keys, strata_fabric_t *out);
+
+/* The sub-fabric of `n` ranks `members[i]` of `f`, renumbered 0..n-1 (a split communicator). */
+STRATA_API strata_status_t strata_fabric_subset(const strata_fabric_t *f, int n,
+                                                const int *members, strata_fabric_t *out);
+
+/* Levels strata assumes without a cluster file: "host" over shared memory (8 GB/s, 1.5 us), then
+ * `nlevels - 1` levels "tier1".. over TCP (2.5 GB/s, 25 us), oversubscription 1. */
+STRATA_API void strata_fabric_default_levels(int nlevels, strata_topo_t *out);
+
+STRATA_API void strata_fabric_free(strata_fabric_t *f);
+
+static inline int strata_fabric_unit(const strata_fabric_t *f, int level, int rank)
+{
+    return f->unit[level * f->nranks + rank];
+}
+
+/* The lowest level whose unit holds both ranks (-1 when a == b). */
+STRATA_API int strata_fabric_common_level(const strata_fabric_t *f, int a, int b);
+
+/* Ranks in `rank`'s unit at `level`. */
+STRATA_API int strata_fabric_unit_size(const strata_fabric_t *f, int level, int rank);
+
+/* The ranks in tree order: every unit of every level contiguous, units in order of their lowest
+ * rank, ranks ascending inside a host. A ring in this order crosses each uplink the minimum number
+ * of times (twice: once out, once back in). */
+STRATA_API void strata_fabric_tree_order(const strata_fabric_t *f, int *order);
+
+/* Writes "host 4 units (sizes 2..2), rack 2 units, spine 1 unit" style summary. */
+STRATA_API void strata_fabric_describe(const strata_fabric_t *f, FILE *out);
 
 #ifdef __cplusplus
 }

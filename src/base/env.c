@@ -24,6 +24,8 @@ static const strata_knob_t knobs[] = {
     {"STRATA_SECRET", "", "job secret a store client must present (strata launch sets one)"},
     {"STRATA_STORE_EXTERNAL", "0", "1: a standalone `strata store` serves the job, rank 0 does not host it"},
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
+    {"STRATA_TOPO_PATH", "", "this rank's place in the fabric, outermost first: zone1/rack3/host7"},
+    {"STRATA_TOPO_FILE", "", "cluster file: the fabric's levels and links, and hosts' paths (docs/topology.md)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
 };
 

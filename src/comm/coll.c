@@ -54,7 +54,8 @@ static st_coll_args_t args_for(strata_comm_t *comm, strata_coll_t coll, strata_d
                                strata_op_t op)
 {
     return (st_coll_args_t){.coll = coll, .dtype = dtype, .op = op, .rank = comm->rank,
-                            .nranks = comm->nranks, .esize = strata_dtype_size(dtype)};
+                            .nranks = comm->nranks, .esize = strata_dtype_size(dtype),
+                            .topo = comm->topo};
 }
 
 /* One rank: the collective is a local copy (a reduction of one operand is that operand). */
@@ -576,7 +577,7 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
     if (comm->nranks == 1)
         return "self";
     st_coll_args_t a = {.coll = coll, .rank = comm->rank, .nranks = comm->nranks, .esize = 1,
-                        .uniform = true, .count = bytes};
+                        .uniform = true, .count = bytes, .topo = comm->topo};
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     return al ? al->name : "none";
 }

@@ -61,6 +61,11 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
     c->world = world;
     c->ctx = 1;
     c->link = st_ep_single_host(sh->ep) ? strata_link_default_shm() : strata_link_default_tcp();
+    rc = st_comm_topo_create(c);
+    if (rc < 0) {
+        strata_comm_destroy(c);
+        return rc;
+    }
     *out = c;
     return STRATA_OK;
 }
@@ -87,6 +92,7 @@ void strata_comm_destroy(strata_comm_t *comm)
     if (!comm)
         return;
     release_shared(comm->sh);
+    st_comm_topo_free(comm->topo);
     free(comm->world);
     free(comm);
 }
@@ -164,15 +170,21 @@ strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key, strat
         }
         members[j] = i;
     }
+    free(all);
+    c->nranks = m;
+    rc = st_comm_topo_split(comm, c, members);
+    if (rc < 0) {
+        free(members);
+        free(c);
+        return rc;
+    }
     for (int j = 0; j < m; j++) {
         if (members[j] == comm->rank)
             c->rank = j;
         members[j] = comm->world[members[j]];
     }
-    free(all);
     c->sh = comm->sh;
     c->sh->refs++;
-    c->nranks = m;
     c->world = members;
     c->ctx = mix_ctx(comm->ctx, nth, color);
     c->link = comm->link;

@@ -22,7 +22,15 @@ struct strata_comm {
     uint32_t seq;        /* collectives issued so far */
     uint32_t nsplits;
     strata_link_t link;  /* the link class the cost model assumes for this communicator */
+    st_topo_t *topo;     /* its place on the fabric (topo.c); NULL only while being created */
 };
+
+/* The placement of a new world communicator: exchanges every rank's path (topo.c). */
+strata_status_t st_comm_topo_create(strata_comm_t *c);
+/* The placement of a split: its members' part of the parent's (parent_ranks: parent comm ranks). */
+strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *child,
+                                   const int *parent_ranks);
+void st_comm_topo_free(st_topo_t *t);
 
 struct strata_request {
     strata_comm_t *comm;

@@ -79,6 +79,7 @@ int st_ep_size(const st_ep_t *ep) { return ep->nranks; }
 long long st_ep_timeout_ms(const st_ep_t *ep) { return ep->timeout_ms; }
 bool st_ep_single_host(const st_ep_t *ep) { return ep->single_host && !ep->force_tcp; }
 bool st_ep_force_tcp(const st_ep_t *ep) { return ep->force_tcp; }
+uint64_t st_ep_host_hash(const st_ep_t *ep) { return ep->host_hash; }
 const char *st_ep_job_id(const st_ep_t *ep) { return ep->job_id; }
 const char *st_ep_secret(const st_ep_t *ep) { return ep->secret; }
 st_peer_t *st_ep_peer(st_ep_t *ep, int rank) { return &ep->peers[rank]; }

@@ -80,6 +80,8 @@ long long st_ep_timeout_ms(const st_ep_t *ep);
 /* True when every rank of the job shares this host and shared memory is allowed. */
 bool st_ep_single_host(const st_ep_t *ep);
 bool st_ep_force_tcp(const st_ep_t *ep);
+/* This process's host identity (host name, network namespace, boot id), hashed. */
+uint64_t st_ep_host_hash(const st_ep_t *ep);
 
 /* Queues a send / posts a receive. `m` must be filled (peer, tag, buffers, bytes, reduce fields)
  * and stay alive until it is ST_MSG_DONE. Fails fast if the endpoint has failed. */

@@ -9,7 +9,8 @@
 
 static strata_status_t from_doc(const st_json_doc_t *doc, strata_topo_t *out)
 {
-    static const char *const top_keys[] = {"name", "accelerator", "levels", "comment", NULL};
+    static const char *const top_keys[] = {"name",  "accelerator", "levels",
+                                           "hosts", "comment",     NULL};
     static const char *const level_keys[] = {"name",       "fanout",           "bandwidth_GBps",
                                              "latency_us", "oversubscription", "class",
                                              "efficiency", "comment",          NULL};
@@ -78,11 +79,70 @@ static strata_status_t from_doc(const st_json_doc_t *doc, strata_topo_t *out)
     return STRATA_OK;
 }
 
+/* Walks "hosts": [{"names": "node[01-04]", "path": "zone1/rack1"}, ...]. With `host` NULL it only
+ * validates; else it writes "<path>/<host>" for the entry listing `host`. STRATA_ERR_UNSUPPORTED
+ * when the file has no "hosts", STRATA_ERR_INVALID_ARG when `host` is not listed. */
+static strata_status_t hosts_lookup(const st_json_doc_t *doc, const char *host, char *out,
+                                    size_t cap)
+{
+    static const char *const host_keys[] = {"names", "path", "comment", NULL};
+    json_object *hosts;
+    if (!json_object_object_get_ex(doc->root, "hosts", &hosts))
+        return host ? st_error(STRATA_ERR_UNSUPPORTED, "%s has no \"hosts\"", doc->origin)
+                    : STRATA_OK;
+    int line = st_json_key_line(doc, "hosts", 0);
+    if (!json_object_is_type(hosts, json_type_array))
+        return st_error(STRATA_ERR_PARSE,
+                        "%s:%d: expected \"hosts\": an array of {\"names\": hostlist, \"path\": "
+                        "\"zone/rack\"}",
+                        doc->origin, line);
+    size_t n = json_object_array_length(hosts);
+    for (size_t i = 0; i < n; i++) {
+        json_object *h = json_object_array_get_idx(hosts, i);
+        if (!json_object_is_type(h, json_type_object))
+            return st_error(STRATA_ERR_PARSE, "%s:%d: expected host entry %zu to be an object",
+                            doc->origin, line, i);
+        ST_TRY(st_json_check_keys(doc, h, "host entry", host_keys));
+        char names[4096] = "", path[256] = "";
+        ST_TRY(st_json_get_string(doc, h, "names", (int)i, true, names, sizeof names));
+        ST_TRY(st_json_get_string(doc, h, "path", (int)i, true, path, sizeof path));
+        int eline = st_json_key_line(doc, "names", (int)i);
+        if (!path[0] || path[0] == '/' || path[strlen(path) - 1] == '/' || strstr(path, "//"))
+            return st_error(STRATA_ERR_PARSE,
+                            "%s:%d: expected \"path\" to be unit names joined by '/', outermost "
+                            "first (\"zone1/rack3\"), got \"%s\"",
+                            doc->origin, st_json_key_line(doc, "path", (int)i), path);
+        char **list;
+        int count;
+        if (strata_hostlist_expand(names, &list, &count) < 0)
+            return st_error(STRATA_ERR_PARSE, "%s:%d: %s", doc->origin, eline, strata_last_error());
+        bool found = false;
+        for (int k = 0; k < count && host && !found; k++)
+            found = strcmp(list[k], host) == 0;
+        strata_hostlist_free(list, count);
+        if (found) {
+            if ((size_t)snprintf(out, cap, "%s/%s", path, host) >= cap)
+                return st_error(STRATA_ERR_INVALID_ARG, "%s:%d: path of %s is too long",
+                                doc->origin, eline, host);
+            return STRATA_OK;
+        }
+    }
+    return host ? st_error(STRATA_ERR_INVALID_ARG, "%s: host \"%s\" is not listed in \"hosts\"",
+                           doc->origin, host)
+                : STRATA_OK;
+}
+
+static strata_status_t from_doc_checked(const st_json_doc_t *doc, strata_topo_t *out)
+{
+    ST_TRY(from_doc(doc, out));
+    return hosts_lookup(doc, NULL, NULL, 0);
+}
+
 strata_status_t strata_topo_parse(const char *text, const char *origin, strata_topo_t *out)
 {
     st_json_doc_t doc;
     ST_TRY(st_json_parse(text, origin, &doc));
-    strata_status_t rc = from_doc(&doc, out);
+    strata_status_t rc = from_doc_checked(&doc, out);
     st_json_free(&doc);
     return rc;
 }
@@ -91,7 +151,16 @@ strata_status_t strata_topo_load(const char *path, strata_topo_t *out)
 {
     st_json_doc_t doc;
     ST_TRY(st_json_load_file(path, &doc));
-    strata_status_t rc = from_doc(&doc, out);
+    strata_status_t rc = from_doc_checked(&doc, out);
+    st_json_free(&doc);
+    return rc;
+}
+
+strata_status_t strata_topo_host_path(const char *file, const char *host, char *out, size_t cap)
+{
+    st_json_doc_t doc;
+    ST_TRY(st_json_load_file(file, &doc));
+    strata_status_t rc = hosts_lookup(&doc, host, out, cap);
     st_json_free(&doc);
     return rc;
 }

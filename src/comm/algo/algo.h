@@ -16,6 +16,25 @@
 #include "comm/algo/sched.h"
 #include "strata/netmodel.h"
 
+/* A communicator's place on the fabric (comm/topo.c), with the cost model's verdicts memoised per
+ * collective, plan and power-of-two size. */
+typedef struct st_topo_memo {
+    double cost;
+    strata_pipeline_t pipe;
+    bool known;
+} st_topo_memo_t;
+
+typedef struct st_topo {
+    strata_fabric_t fabric;
+    bool multi; /* some level splits the communicator: topology-aware plans differ from flat ones */
+    st_topo_memo_t memo[3][STRATA_PLAN_KIND_COUNT][64]; /* [coll][plan][log2 bytes] */
+} st_topo_t;
+
+/* Modelled seconds of plan `kind` for `coll` (allreduce, reduce_scatter or allgather) of `bytes`
+ * on the communicator's fabric, and the pipeline it should run with; negative when it has none. */
+double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
+                    size_t esize, strata_pipeline_t *pipe);
+
 typedef struct st_coll_args {
     strata_coll_t coll;
     const void *sendbuf;
@@ -32,15 +51,18 @@ typedef struct st_coll_args {
     int root;
     int rank, nranks;
     size_t esize;
+    st_topo_t *topo;        /* the communicator's fabric (NULL: unknown) */
+    strata_pipeline_t pipe; /* set by selection for the hierarchical plans */
 } st_coll_args_t;
 
 typedef struct st_algo {
     const char *name;
     const char *desc;
     strata_coll_t coll;
-    strata_algo_t model;  /* its cost in the network model */
+    strata_algo_t model;  /* its cost in the flat network model */
     bool (*supports)(const st_coll_args_t *a); /* NULL: serves every call */
     strata_status_t (*build)(st_sched_t *s, const st_coll_args_t *a);
+    int plan; /* 1 + strata_plan_kind_t of the same traffic, priced on a fabric (0: flat only) */
 } st_algo_t;
 
 /* The registry (registry.c): all algorithms, grouped by collective. */
@@ -49,7 +71,7 @@ extern const int st_nalgos;
 
 /* Picks the algorithm for a call: STRATA_COMM_ALGO if it names one that supports the call, else the
  * supported algorithm with the lowest modelled cost on `link`. Never NULL for a valid call. */
-const st_algo_t *st_algo_select(const st_coll_args_t *a, size_t bytes, const strata_link_t *link);
+const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link);
 
 /* ---- pieces shared by several algorithms (ring.c) ----------------------------------------------- */
 

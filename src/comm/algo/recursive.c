@@ -168,10 +168,10 @@ static strata_status_t allgather_bruck(st_sched_t *s, const st_coll_args_t *a)
 
 const st_algo_t st_algo_allreduce_rd = {
     "recursive_doubling", "log2(n) full-vector exchanges; lowest latency for small messages",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_RECURSIVE_DOUBLING, NULL, allreduce_rd};
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_RECURSIVE_DOUBLING, NULL, allreduce_rd, 0};
 const st_algo_t st_algo_allreduce_rhd = {
     "halving_doubling", "Rabenseifner: recursive-halving reduce-scatter + doubling allgather",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_HALVING_DOUBLING, NULL, allreduce_rhd};
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_HALVING_DOUBLING, NULL, allreduce_rhd, 0};
 const st_algo_t st_algo_allgather_bruck = {
     "bruck", "Bruck allgather: ceil(log2 n) rounds for any n; equal blocks only",
-    STRATA_COLL_ALLGATHER, STRATA_ALGO_RECURSIVE_DOUBLING, uniform_only, allgather_bruck};
+    STRATA_COLL_ALLGATHER, STRATA_ALGO_RECURSIVE_DOUBLING, uniform_only, allgather_bruck, 0};

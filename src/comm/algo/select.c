@@ -1,5 +1,7 @@
 /* Algorithm selection: the STRATA_COMM_ALGO override, else the lowest cost in the network model.
- * STRATA_COMM_ALGO is a comma list of coll:algo pairs ("allreduce:ring,bcast:binomial"). */
+ * STRATA_COMM_ALGO is a comma list of coll:algo pairs ("allreduce:ring,bcast:binomial").
+ * When the communicator spans several units of its fabric, algorithms with a transfer plan are
+ * priced on the fabric (flows sharing links) and the others on the flat link. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,23 +58,42 @@ static const st_algo_t *forced(const st_coll_args_t *a)
     return NULL;
 }
 
-const st_algo_t *st_algo_select(const st_coll_args_t *a, size_t bytes, const strata_link_t *link)
+/* The modelled cost of `al` for the call, and the pipeline its plan would use. */
+static double cost_of(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
+                      const strata_link_t *link, strata_pipeline_t *pipe)
+{
+    *pipe = (strata_pipeline_t){1, 1};
+    bool on_fabric = a->topo && a->topo->multi;
+    if (al->plan && on_fabric)
+        return st_topo_cost(a->topo, a->coll, (strata_plan_kind_t)(al->plan - 1), bytes, a->esize,
+                            pipe);
+    if (al->plan > 1 + STRATA_PLAN_RING) // a topology plan on a flat communicator: a plain ring
+        return -1;
+    return strata_netmodel_cost(a->coll, al->model, a->nranks, (double)bytes, link);
+}
+
+const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link)
 {
     const st_algo_t *f = forced(a);
-    if (f)
+    if (f) {
+        if (f->plan && cost_of(f, a, bytes, link, &a->pipe) < 0)
+            a->pipe = (strata_pipeline_t){1, 1};
         return f;
+    }
     const st_algo_t *best = NULL;
     double best_cost = 0;
     for (int i = 0; i < st_nalgos; i++) {
         const st_algo_t *al = st_algos[i];
         if (al->coll != a->coll || (al->supports && !al->supports(a)))
             continue;
-        double c = strata_netmodel_cost(a->coll, al->model, a->nranks, (double)bytes, link);
+        strata_pipeline_t pipe;
+        double c = cost_of(al, a, bytes, link, &pipe);
         if (c < 0)
             continue;
         if (!best || c < best_cost) {
             best = al;
             best_cost = c;
+            a->pipe = pipe;
         }
     }
     return best;

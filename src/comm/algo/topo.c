@@ -1,0 +1,144 @@
+/* Topology-aware algorithms: allreduce, reduce-scatter and allgather executed from a transfer plan
+ * (netmodel.h, src/netmodel/xfer_plan.c) on the communicator's fabric: a ring in tree order, and
+ * the hierarchical, pipelined plan. The plan is the single description of the traffic: the cost
+ * model prices it, this file turns this rank's share of it into a schedule, one round per slot,
+ * the slot number as the message tag.
+ *
+ * Data stays in one working vector per rank: the receive buffer (allreduce, allgather) or a
+ * scratch copy of the send buffer (reduce-scatter, whose result block is copied out at the end).
+ */
+#include "base/base.h"
+#include "comm/algo/algo.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool has_topo(const st_coll_args_t *a)
+{
+    return a->topo != NULL && a->topo->fabric.nranks == a->nranks;
+}
+
+/* This rank's transfers of the plan as rounds on `work`. Ordering by slot keeps the plan's order
+ * inside a slot (messages between two ranks in one slot match in that order), hence a counting
+ * sort, which is stable. */
+static strata_status_t emit_plan(st_sched_t *s, const st_coll_args_t *a, strata_plan_kind_t kind,
+                                 strata_plan_phase_t phase, const size_t *off, const size_t *len,
+                                 char *work)
+{
+    strata_xfer_plan_t p;
+    ST_TRY(strata_xfer_plan_build(&a->topo->fabric, kind, phase, off, len, &a->pipe, a->rank, &p));
+    int *first = calloc((size_t)p.nslots + 1, sizeof *first);
+    strata_xfer_t *x_sorted = malloc((size_t)p.n * sizeof *x_sorted + 1);
+    if (!first || !x_sorted) {
+        free(first);
+        free(x_sorted);
+        strata_xfer_plan_free(&p);
+        return st_error(STRATA_ERR_NO_MEMORY, "out of memory building a topology plan");
+    }
+    for (int i = 0; i < p.n; i++)
+        first[p.x[i].slot + 1]++;
+    for (int t = 0; t < p.nslots; t++)
+        first[t + 1] += first[t];
+    for (int i = 0; i < p.n; i++)
+        x_sorted[first[p.x[i].slot]++] = p.x[i];
+    free(first);
+    const size_t es = a->esize;
+    int prev = -1;
+    for (int i = 0; i < p.n; i++) {
+        const strata_xfer_t *x = &x_sorted[i];
+        int slot = x->slot;
+        if (slot != prev)
+            st_sched_round(s);
+        prev = slot;
+        char *at = work + x->off * es;
+        if (x->dst == a->rank) {
+            if (x->reduce)
+                st_sched_recv_reduce(s, x->src, (uint32_t)slot, at, at, x->len * es);
+            else
+                st_sched_recv(s, x->src, (uint32_t)slot, at, x->len * es);
+        } else {
+            st_sched_send(s, x->dst, (uint32_t)slot, at, x->len * es);
+        }
+    }
+    st_sched_round(s);
+    free(x_sorted);
+    strata_xfer_plan_free(&p);
+    return s->build_rc;
+}
+
+/* Per-rank blocks in elements: even for allreduce, the caller's for the v-shaped calls. */
+static size_t *blocks_for(st_sched_t *s, const st_coll_args_t *a, size_t *total)
+{
+    size_t *off = st_sched_scratch(s, 2 * (size_t)a->nranks * sizeof *off);
+    if (!off)
+        return NULL;
+    size_t *len = off + a->nranks;
+    *total = 0;
+    for (int b = 0; b < a->nranks; b++) {
+        if (a->coll == STRATA_COLL_ALLREDUCE) {
+            len[b] = a->count / (size_t)a->nranks + ((size_t)b < a->count % (size_t)a->nranks);
+            off[b] = b ? off[b - 1] + len[b - 1] : 0;
+        } else {
+            off[b] = a->displs[b];
+            len[b] = a->counts[b];
+        }
+        if (off[b] + len[b] > *total)
+            *total = off[b] + len[b];
+    }
+    return off;
+}
+
+static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, strata_plan_kind_t kind)
+{
+    size_t total = 0;
+    size_t *off = blocks_for(s, a, &total);
+    if (!off)
+        return s->build_rc;
+    size_t *len = off + a->nranks;
+    const size_t es = a->esize;
+    char *work = a->recvbuf;
+    switch (a->coll) {
+    case STRATA_COLL_ALLREDUCE:
+        if (a->sendbuf != a->recvbuf)
+            st_sched_copy(s, work, a->sendbuf, a->count * es);
+        return emit_plan(s, a, kind, STRATA_PHASE_ALLREDUCE, off, len, work);
+    case STRATA_COLL_REDUCE_SCATTER:
+        work = st_sched_scratch(s, total * es + 1);
+        if (!work)
+            return s->build_rc;
+        st_sched_copy(s, work, a->sendbuf, total * es);
+        ST_TRY(emit_plan(s, a, kind, STRATA_PHASE_REDUCE_SCATTER, off, len, work));
+        if (len[a->rank])
+            st_sched_copy(s, a->recvbuf, work + off[a->rank] * es, len[a->rank] * es);
+        st_sched_round(s);
+        return s->build_rc;
+    case STRATA_COLL_ALLGATHER:
+        if ((const char *)a->sendbuf != work + off[a->rank] * es)
+            st_sched_copy(s, work + off[a->rank] * es, a->sendbuf, len[a->rank] * es);
+        return emit_plan(s, a, kind, STRATA_PHASE_ALLGATHER, off, len, work);
+    default:
+        return st_error(STRATA_ERR_INTERNAL, "topology plan for %s", strata_coll_name(a->coll));
+    }
+}
+
+static strata_status_t build_ring_tree(st_sched_t *s, const st_coll_args_t *a)
+{
+    return build(s, a, STRATA_PLAN_RING_TREE);
+}
+
+static strata_status_t build_hier(st_sched_t *s, const st_coll_args_t *a)
+{
+    return build(s, a, STRATA_PLAN_HIER);
+}
+
+#define TOPO_ALGOS(coll, cname)                                                                    \
+    const st_algo_t st_algo_##cname##_ring_tree = {                                                \
+        "ring_tree", "ring in fabric order: each rack/host contiguous, every uplink crossed twice", \
+        coll, STRATA_ALGO_RING, has_topo, build_ring_tree, 1 + STRATA_PLAN_RING_TREE};             \
+    const st_algo_t st_algo_##cname##_hier = {                                                     \
+        "hier", "hierarchical: reduce-scatter in each level, recurse across the next, pipelined",  \
+        coll, STRATA_ALGO_RING, has_topo, build_hier, 1 + STRATA_PLAN_HIER};
+
+TOPO_ALGOS(STRATA_COLL_ALLREDUCE, allreduce)
+TOPO_ALGOS(STRATA_COLL_REDUCE_SCATTER, reduce_scatter)
+TOPO_ALGOS(STRATA_COLL_ALLGATHER, allgather)

@@ -1,0 +1,186 @@
+/* A communicator's place on the fabric: at creation every rank states its path (STRATA_TOPO_PATH,
+ * else its host's entry in the STRATA_TOPO_FILE cluster file, else just its host identity) and
+ * the ranks exchange one small record each; splits take their members' part. The levels' links
+ * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). The cost
+ * model's verdicts on this fabric are memoised here. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "comm/comm_internal.h"
+
+#define KEYS (STRATA_TOPO_MAX_LEVELS)
+
+static uint64_t fnv1a(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* This rank's record: [0] = path depth, [1 + l] = key of its level-l unit (innermost first). */
+static strata_status_t my_record(st_ep_t *ep, const char *path, int64_t rec[1 + KEYS])
+{
+    memset(rec, 0, (1 + KEYS) * sizeof *rec);
+    if (!*path) { // no placement given: the host is all we know
+        rec[0] = 1;
+        rec[1] = (int64_t)st_ep_host_hash(ep);
+        return STRATA_OK;
+    }
+    const char *comp[KEYS];
+    size_t len[KEYS];
+    int d = 0;
+    for (const char *p = path; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t l = slash ? (size_t)(slash - p) : strlen(p);
+        if (l == 0 || d == KEYS - 1)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "STRATA_TOPO_PATH '%s': expected unit names separated by '/', outermost "
+                            "first, at most %d deep",
+                            path, KEYS - 1);
+        comp[d] = p;
+        len[d++] = l;
+        p += l + (slash != NULL);
+    }
+    rec[0] = d;
+    for (int l = 0; l < d; l++) // a unit's key is the hash of its whole path prefix
+        rec[1 + l] = (int64_t)fnv1a(path, (size_t)(comp[d - 1 - l] - path) + len[d - 1 - l]);
+    return STRATA_OK;
+}
+
+static strata_status_t locate(char *path, size_t cap, strata_topo_t *levels, bool *have_levels)
+{
+    const char *given = st_knob_str("STRATA_TOPO_PATH");
+    const char *file = st_knob_str("STRATA_TOPO_FILE");
+    *have_levels = false;
+    path[0] = '\0';
+    if (*file) {
+        ST_TRY(strata_topo_load(file, levels));
+        *have_levels = true;
+        if (!*given) {
+            char host[256];
+            if (gethostname(host, sizeof host) != 0)
+                return st_error_errno(STRATA_ERR_SYSTEM, errno, "gethostname");
+            host[sizeof host - 1] = '\0';
+            strata_status_t rc = strata_topo_host_path(file, host, path, cap);
+            if (rc < 0 && rc != STRATA_ERR_UNSUPPORTED) // a file without hosts: fine
+                return rc;
+        }
+    }
+    if (*given)
+        snprintf(path, cap, "%s", given);
+    return STRATA_OK;
+}
+
+static void memo_reset(st_topo_t *t)
+{
+    memset(t->memo, 0, sizeof t->memo);
+    t->multi = false;
+    for (int l = 0; l < t->fabric.topo.nlevels; l++)
+        t->multi |= t->fabric.nunits[l] > 1 && t->fabric.nunits[l] < t->fabric.nranks;
+}
+
+strata_status_t st_comm_topo_create(strata_comm_t *c)
+{
+    char path[512];
+    strata_topo_t levels;
+    bool have_levels;
+    ST_TRY(locate(path, sizeof path, &levels, &have_levels));
+    int64_t mine[1 + KEYS];
+    ST_TRY(my_record(c->sh->ep, path, mine));
+    const int n = c->nranks;
+    int64_t *all = malloc((size_t)n * sizeof mine);
+    uint64_t *keys = NULL;
+    st_topo_t *t = calloc(1, sizeof *t);
+    strata_status_t rc = all && t ? STRATA_OK
+                                  : st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
+    if (rc == STRATA_OK)
+        rc = strata_allgather(c, mine, all, 1 + KEYS, STRATA_DTYPE_I64);
+    int depth = 1;
+    for (int r = 0; rc == STRATA_OK && r < n; r++)
+        depth = all[r * (1 + KEYS)] > depth ? (int)all[r * (1 + KEYS)] : depth;
+    if (rc == STRATA_OK) {
+        if (!have_levels)
+            strata_fabric_default_levels(depth + 1, &levels);
+        else if (depth > levels.nlevels - 1 && n > 1)
+            rc = st_error(STRATA_ERR_INVALID_ARG,
+                          "placement: paths are %d deep but %s has %d levels (a path names the "
+                          "units below the outermost level)",
+                          depth, st_knob_str("STRATA_TOPO_FILE"), levels.nlevels);
+    }
+    const int L = levels.nlevels;
+    if (rc == STRATA_OK && !(keys = calloc((size_t)n * (size_t)L, sizeof *keys)))
+        rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
+    for (int r = 0; rc == STRATA_OK && r < n; r++)
+        for (int l = 0; l < L && l < KEYS; l++)
+            keys[(size_t)r * (size_t)L + (size_t)l] = (uint64_t)all[r * (1 + KEYS) + 1 + l];
+    if (rc == STRATA_OK)
+        rc = strata_fabric_from_keys(&levels, n, keys, &t->fabric);
+    free(all);
+    free(keys);
+    if (rc < 0) {
+        free(t);
+        return rc;
+    }
+    memo_reset(t);
+    c->topo = t;
+    if (t->multi && have_levels) { // flat algorithms see the outermost level's link
+        const strata_topo_level_t *top = &levels.level[L - 1];
+        c->link.alpha_s = top->latency_s;
+        c->link.beta_s_per_b = top->oversub / top->bw_Bps;
+    }
+    return STRATA_OK;
+}
+
+strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *child,
+                                   const int *parent_ranks)
+{
+    child->topo = NULL;
+    if (!parent->topo)
+        return STRATA_OK;
+    st_topo_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return st_error(STRATA_ERR_NO_MEMORY, "out of memory placing a split");
+    strata_status_t rc = strata_fabric_subset(&parent->topo->fabric, child->nranks, parent_ranks,
+                                              &t->fabric);
+    if (rc < 0) {
+        free(t);
+        return rc;
+    }
+    memo_reset(t);
+    child->topo = t;
+    return STRATA_OK;
+}
+
+void st_comm_topo_free(st_topo_t *t)
+{
+    if (!t)
+        return;
+    strata_fabric_free(&t->fabric);
+    free(t);
+}
+
+double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
+                    size_t esize, strata_pipeline_t *pipe)
+{
+    int ci = coll == STRATA_COLL_ALLREDUCE        ? 0
+             : coll == STRATA_COLL_REDUCE_SCATTER ? 1
+             : coll == STRATA_COLL_ALLGATHER      ? 2
+                                                  : -1;
+    if (ci < 0 || kind < 0 || kind >= STRATA_PLAN_KIND_COUNT)
+        return -1;
+    int bucket = 0;
+    while (bucket < 63 && (2ull << bucket) <= bytes)
+        bucket++;
+    st_topo_memo_t *m = &t->memo[ci][kind][bucket];
+    if (!m->known) {
+        m->pipe = (strata_pipeline_t){1, 1};
+        m->cost = strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize,
+                                              &m->pipe);
+        m->known = true;
+    }
+    *pipe = m->pipe;
+    return m->cost;
+}

@@ -1,0 +1,257 @@
+/* Fabrics and transfer plans: placement from paths (irregular trees), tree order, and every plan
+ * (ring, ring in tree order, hierarchical, pipelined) executed by a serial simulator that checks
+ * the result against the plain sum and that no slot reads what it writes. Also the cost model's
+ * ordering of the plans on an oversubscribed two-rack fabric. */
+#include "harness/st_test.h"
+#include "strata/netmodel.h"
+#include "strata/topo.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void levels3(strata_topo_t *t, double oversub)
+{
+    strata_fabric_default_levels(3, t);
+    strcpy(t->level[1].name, "rack");
+    strcpy(t->level[2].name, "spine");
+    t->level[1].bw_Bps = 1e8;
+    t->level[2].bw_Bps = 1e8;
+    t->level[2].oversub = oversub;
+}
+
+static void make(const char *const *paths, int n, int nlevels, strata_fabric_t *f)
+{
+    strata_topo_t t;
+    strata_fabric_default_levels(nlevels, &t);
+    assert_int_equal(strata_fabric_from_paths(&t, n, paths, f), STRATA_OK);
+}
+
+static void test_paths_and_order(void **state)
+{
+    (void)state;
+    // Round-robin numbering across racks, as a rack-blind launcher does; rack b has 3 hosts.
+    const char *paths[] = {"ra/h1", "rb/h1", "ra/h2", "rb/h2", "ra/h3", "rb/h3", "rb/h4"};
+    strata_fabric_t f;
+    make(paths, 7, 3, &f);
+    assert_int_equal(f.nunits[0], 7); // "h1" in ra and in rb are different hosts
+    assert_int_equal(f.nunits[1], 2);
+    assert_int_equal(f.nunits[2], 1);
+    assert_int_equal(strata_fabric_common_level(&f, 0, 2), 1);
+    assert_int_equal(strata_fabric_common_level(&f, 0, 1), 2);
+    assert_int_equal(strata_fabric_common_level(&f, 3, 3), -1);
+    assert_int_equal(strata_fabric_unit_size(&f, 1, 1), 4);
+    int order[7];
+    strata_fabric_tree_order(&f, order);
+    int want[7] = {0, 2, 4, 1, 3, 5, 6};
+    assert_memory_equal(order, want, sizeof want);
+    strata_fabric_free(&f);
+
+    const char *bad[] = {"ra//h1"};
+    assert_int_equal(strata_fabric_from_paths(NULL, 1, bad, &f), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "ra//h1"));
+    const char *deep[] = {"a/b/c"};
+    strata_topo_t t;
+    strata_fabric_default_levels(2, &t);
+    assert_int_equal(strata_fabric_from_paths(&t, 2, (const char *[]){"a/b/c", "a/b/d"}, &f),
+                     STRATA_ERR_INVALID_ARG);
+    (void)deep;
+}
+
+/* Runs a plan serially: vec[r][i] per rank. Fails on a slot that both reads and writes one
+ * element of a rank, or on a transfer outside the vector. */
+static void simulate(const strata_xfer_plan_t *p, int n, size_t count, double **vec)
+{
+    int maxslot = 0;
+    for (int i = 0; i < p->n; i++)
+        maxslot = p->x[i].slot > maxslot ? p->x[i].slot : maxslot;
+    unsigned char *touch = malloc((size_t)n * count + 1); // 1 read, 2 written
+    double **snap = malloc((size_t)p->n * sizeof *snap);
+    for (int s = 0; s <= maxslot; s++) {
+        memset(touch, 0, (size_t)n * count + 1);
+        for (int i = 0; i < p->n; i++) {
+            const strata_xfer_t *x = &p->x[i];
+            snap[i] = NULL;
+            if (x->slot != s)
+                continue;
+            assert_true(x->off + x->len <= count);
+            assert_true(x->src != x->dst);
+            snap[i] = malloc(x->len * sizeof(double) + 1);
+            memcpy(snap[i], vec[x->src] + x->off, x->len * sizeof(double));
+            for (size_t e = 0; e < x->len; e++)
+                touch[(size_t)x->src * count + x->off + e] |= 1;
+        }
+        for (int i = 0; i < p->n; i++) {
+            const strata_xfer_t *x = &p->x[i];
+            if (!snap[i])
+                continue;
+            for (size_t e = 0; e < x->len; e++) {
+                unsigned char *t = &touch[(size_t)x->dst * count + x->off + e];
+                if (*t) // read by a send of this slot, or written twice
+                    fail_msg("slot %d: rank %d element %zu both sent and received", s, x->dst,
+                             x->off + e);
+                *t = 2;
+                double v = snap[i][e];
+                vec[x->dst][x->off + e] = x->reduce ? vec[x->dst][x->off + e] + v : v;
+            }
+            free(snap[i]);
+        }
+    }
+    free(touch);
+    free(snap);
+}
+
+static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata_plan_phase_t ph,
+                       size_t per_block_max, int segments)
+{
+    const int n = f->nranks;
+    size_t off[64], len[64], count = 0;
+    for (int b = 0; b < n; b++) { // uneven blocks: 0, 1, odd sizes
+        len[b] = per_block_max ? (size_t)(b * 7 + 3) % (per_block_max + 1) : 0;
+        off[b] = count;
+        count += len[b];
+    }
+    double **vec = malloc((size_t)n * sizeof *vec), *sum = calloc(count + 1, sizeof *sum);
+    for (int r = 0; r < n; r++) {
+        vec[r] = malloc((count + 1) * sizeof(double));
+        for (size_t i = 0; i < count; i++) {
+            int owner = 0;
+            while (owner + 1 < n && off[owner + 1] <= i)
+                owner++;
+            bool have = ph != STRATA_PHASE_ALLGATHER || owner == r;
+            vec[r][i] = have ? (double)((r + 1) * 1000 + (int)i % 997) : -1;
+            sum[i] += vec[r][i];
+        }
+    }
+    strata_xfer_plan_t all;
+    strata_pipeline_t pipe = {segments, segments > 1 ? 2 : 1};
+    assert_int_equal(strata_xfer_plan_build(f, kind, ph, off, len, &pipe, -1, &all), STRATA_OK);
+    // The per-rank plans are exactly the whole plan's transfers of that rank.
+    int mine_total = 0;
+    for (int r = 0; r < n; r++) {
+        strata_xfer_plan_t mine;
+        assert_int_equal(strata_xfer_plan_build(f, kind, ph, off, len, &pipe, r, &mine),
+                         STRATA_OK);
+        int k = 0;
+        for (int i = 0; i < all.n; i++)
+            if (all.x[i].src == r || all.x[i].dst == r) {
+                assert_true(k < mine.n);
+                const strata_xfer_t *a = &all.x[i], *b = &mine.x[k];
+                assert_true(a->slot == b->slot && a->src == b->src && a->dst == b->dst &&
+                            a->off == b->off && a->len == b->len && a->reduce == b->reduce);
+                k++;
+            }
+        assert_int_equal(k, mine.n);
+        mine_total += mine.n;
+        strata_xfer_plan_free(&mine);
+    }
+    assert_int_equal(mine_total, 2 * all.n);
+    simulate(&all, n, count, vec);
+    for (int r = 0; r < n; r++)
+        for (int b = 0; b < n; b++)
+            for (size_t i = off[b]; i < off[b] + len[b]; i++) {
+                double want = ph == STRATA_PHASE_ALLGATHER ? (double)((b + 1) * 1000 + (int)i % 997)
+                                                          : sum[i];
+                if (ph == STRATA_PHASE_REDUCE_SCATTER && b != r)
+                    continue;
+                if (vec[r][i] != want)
+                    fail_msg("%s phase %d segs %d: rank %d element %zu is %g, want %g",
+                             strata_plan_kind_name(kind), ph, segments, r, i, vec[r][i], want);
+            }
+    strata_xfer_plan_free(&all);
+    for (int r = 0; r < n; r++)
+        free(vec[r]);
+    free(vec);
+    free(sum);
+}
+
+static void check_all_plans(const char *const *paths, int n, int nlevels)
+{
+    strata_fabric_t f;
+    make(paths, n, nlevels, &f);
+    for (int k = 0; k < STRATA_PLAN_KIND_COUNT; k++)
+        for (int ph = 1; ph <= 3; ph++)
+            for (int segs = 1; segs <= 3; segs += 2)
+                for (size_t m = 0; m <= 9; m += 9)
+                    check_plan(&f, (strata_plan_kind_t)k, (strata_plan_phase_t)ph, m, segs);
+    strata_fabric_free(&f);
+}
+
+static void test_plans_regular(void **state)
+{
+    (void)state;
+    const char *two_racks[] = {"a/h0", "b/h4", "a/h1", "b/h5", "a/h2", "b/h6", "a/h3", "b/h7"};
+    check_all_plans(two_racks, 8, 3);
+    const char *hosts[] = {"h0", "h0", "h1", "h1", "h2", "h2"}; // 3 hosts of 2 ranks
+    check_all_plans(hosts, 6, 2);
+    const char *one[] = {"h0"};
+    check_all_plans(one, 1, 2);
+    const char *flat[] = {"h0", "h1", "h2", "h3", "h4"};
+    check_all_plans(flat, 5, 2);
+}
+
+static void test_plans_irregular(void **state)
+{
+    (void)state;
+    // Racks of 3 and 5 hosts, hosts of 1..3 ranks, a lone host in its own rack, 3 levels deep.
+    const char *odd[] = {"z0/r0/h0", "z0/r0/h0", "z0/r0/h1", "z0/r1/h2", "z0/r1/h2",
+                         "z0/r1/h2", "z1/r2/h3", "z1/r3/h4", "z1/r3/h5", "z1/r3/h5",
+                         "z0/r1/h6"};
+    check_all_plans(odd, 11, 4);
+    const char *lone[] = {"r0/h0", "r0/h0", "r0/h0", "r1/h1"};
+    check_all_plans(lone, 4, 3);
+}
+
+static void test_model_orders_plans(void **state)
+{
+    (void)state;
+    // 2 racks x 4 hosts, one rank per host, numbered round-robin; rack uplinks 8:1 oversubscribed.
+    const char *paths[] = {"a/h0", "b/h4", "a/h1", "b/h5", "a/h2", "b/h6", "a/h3", "b/h7"};
+    strata_topo_t t;
+    levels3(&t, 8);
+    strata_fabric_t f;
+    assert_int_equal(strata_fabric_from_paths(&t, 8, paths, &f), STRATA_OK);
+    double bytes = 64.0 * 1024 * 1024;
+    strata_pipeline_t pipe = {0, 0};
+    double oblivious = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING,
+                                                   bytes, 4, NULL);
+    double aware = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING_TREE,
+                                               bytes, 4, NULL);
+    double hier = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_HIER, bytes,
+                                              4, &pipe);
+    // A ring step moves bytes/8; the oblivious ring puts 4 flows on each uplink (R/2 shared by
+    // 4), the aware ring one: 14 steps of (bytes/8)/(R/8) and of (bytes/8)/(R/2).
+    double R = 1e8, step = bytes / 8;
+    assert_float_equal(oblivious, 14 * (25e-6 + step / (R / 8)), 1e-6 * oblivious);
+    assert_float_equal(aware, 14 * (25e-6 + step / (R / 2)), 1e-6 * aware);
+    assert_true(hier < aware && aware < oblivious);
+    assert_true(pipe.segments >= 1 && pipe.stagger >= 1);
+    // Ring in tree order: at most one flow per direction through a rack uplink in any slot.
+    size_t off[8], len[8];
+    for (int b = 0; b < 8; b++) {
+        off[b] = (size_t)b * 100;
+        len[b] = 100;
+    }
+    strata_xfer_plan_t p;
+    assert_int_equal(strata_xfer_plan_build(&f, STRATA_PLAN_RING_TREE, STRATA_PHASE_ALLREDUCE, off,
+                                            len, NULL, -1, &p),
+                     STRATA_OK);
+    for (int s = 0; s < p.nslots; s++) {
+        int cross = 0;
+        for (int i = 0; i < p.n; i++)
+            cross += p.x[i].slot == s && strata_fabric_common_level(&f, p.x[i].src, p.x[i].dst) == 2;
+        assert_int_equal(cross, 2);
+    }
+    strata_xfer_plan_free(&p);
+    strata_fabric_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paths_and_order),
+        cmocka_unit_test(test_plans_regular),
+        cmocka_unit_test(test_plans_irregular),
+        cmocka_unit_test(test_model_orders_plans),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
