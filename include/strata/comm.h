@@ -274,6 +274,12 @@ STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, c
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
                                             size_t bytes);
 
+/* The network cost model's prediction, in seconds, of `coll` on `bytes` (sized as for
+ * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
+ * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan
+ * algorithms are priced flow by flow on it, the others on the flat link. */
+STRATA_API double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -581,3 +581,16 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     return al ? al->name : "none";
 }
+
+double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes)
+{
+    if (!comm || (unsigned)coll >= STRATA_COLL_COUNT)
+        return -1;
+    if (comm->nranks == 1)
+        return 0;
+    st_coll_args_t a = {.coll = coll, .rank = comm->rank, .nranks = comm->nranks, .esize = 4,
+                        .uniform = true, .count = bytes / 4, .topo = comm->topo};
+    const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
+    strata_pipeline_t pipe;
+    return al ? st_algo_cost(al, &a, bytes, &comm->link, &pipe) : -1;
+}

@@ -491,7 +491,8 @@ typedef struct result {
     size_t bytes, count;
     const char *algo;
     double time_us, algbw, busbw;
-    int correct; /* 1, 0, or -1 = not checked */
+    double model_us; /* the cost model's prediction for this algorithm (negative: none) */
+    int correct;     /* 1, 0, or -1 = not checked */
 } result_t;
 
 static void print_header(const bench_opts_t *o, int nranks)
@@ -506,10 +507,10 @@ static void print_header(const bench_opts_t *o, int nranks)
         "# transport %s (STRATA_COMM_TRANSPORT); size = largest buffer, time = max over ranks of "
         "the mean\n#\n",
         strata_knob_value("STRATA_COMM_TRANSPORT"));
-    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %8s\n", "size", "count", "type", "redop",
-           "root", "algo", "time", "algbw", "busbw", "correct");
-    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %8s\n", "(B)", "(elements)", "", "", "", "",
-           "(us)", "(GB/s)", "(GB/s)", "");
+    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "size", "count", "type",
+           "redop", "root", "algo", "time", "algbw", "busbw", "model", "correct");
+    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "(B)", "(elements)", "", "", "",
+           "", "(us)", "(GB/s)", "(GB/s)", "(us)", "");
 }
 
 static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
@@ -522,14 +523,14 @@ static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
         printf("{\"impl\":\"strata\",\"coll\":\"%s\",\"transport\":\"%s\",\"size_bytes\":%zu,"
                "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"algo\":\"%s\","
                "\"nranks\":%d,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-               "\"correct\":%s}\n",
+               "\"model_us\":%.3f,\"correct\":%s}\n",
                strata_coll_name(o->coll), strata_knob_value("STRATA_COMM_TRANSPORT"), r->bytes,
                r->count, dt, op, root, r->algo, nranks, o->iters, r->time_us, r->algbw, r->busbw,
-               ok);
+               r->model_us, ok);
     } else {
         const char *ok = r->correct < 0 ? "-" : r->correct ? "ok" : "FAIL";
-        printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %8s\n", r->bytes, r->count, dt,
-               op, root, r->algo, r->time_us, r->algbw, r->busbw, ok);
+        printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %11.2f %8s\n", r->bytes, r->count,
+               dt, op, root, r->algo, r->time_us, r->algbw, r->busbw, r->model_us, ok);
     }
     fflush(stdout);
 }
@@ -648,7 +649,8 @@ int cmd_bench(int argc, char **argv)
     double bus_sum = 0, last_us = 0;
     for (int i = 0; i < nsizes; i++) {
         shape_t sh = shape_for(o.coll, (size_t)sizes[i], esize, nranks);
-        result_t res = {.algo = strata_comm_algo_for(comm, o.coll, sh.total * esize)};
+        result_t res = {.algo = strata_comm_algo_for(comm, o.coll, sh.total * esize),
+                        .model_us = strata_comm_predict(comm, o.coll, sh.total * esize) * 1e6};
         const char *what = "";
         if (bench_size(comm, &o, &f, &sh, send, recv, &res, &what) != STRATA_OK) {
             free(send);

@@ -73,6 +73,11 @@ extern const int st_nalgos;
  * supported algorithm with the lowest modelled cost on `link`. Never NULL for a valid call. */
 const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link);
 
+/* The modelled seconds of `al` for the call (negative: it cannot be priced), and the pipeline its
+ * plan would run with. */
+double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
+                    const strata_link_t *link, strata_pipeline_t *pipe);
+
 /* ---- pieces shared by several algorithms (ring.c) ----------------------------------------------- */
 
 /* Splits `count` elements into n near-equal blocks; fills byte offsets and lengths. */

@@ -58,8 +58,7 @@ static const st_algo_t *forced(const st_coll_args_t *a)
     return NULL;
 }
 
-/* The modelled cost of `al` for the call, and the pipeline its plan would use. */
-static double cost_of(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
+double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
                       const strata_link_t *link, strata_pipeline_t *pipe)
 {
     *pipe = (strata_pipeline_t){1, 1};
@@ -76,7 +75,7 @@ const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_li
 {
     const st_algo_t *f = forced(a);
     if (f) {
-        if (f->plan && cost_of(f, a, bytes, link, &a->pipe) < 0)
+        if (f->plan && st_algo_cost(f, a, bytes, link, &a->pipe) < 0)
             a->pipe = (strata_pipeline_t){1, 1};
         return f;
     }
@@ -87,7 +86,7 @@ const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_li
         if (al->coll != a->coll || (al->supports && !al->supports(a)))
             continue;
         strata_pipeline_t pipe;
-        double c = cost_of(al, a, bytes, link, &pipe);
+        double c = st_algo_cost(al, a, bytes, link, &pipe);
         if (c < 0)
             continue;
         if (!best || c < best_cost) {

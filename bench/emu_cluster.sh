@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine: one network namespace per host, a bridge per rack (and per
+# zone), a spine bridge, veth links, and tbf shaping every host NIC and every uplink to the rates
+# asked for. Runs commands as the job's ranks inside their hosts' namespaces, then tears it all
+# down (always: on success, failure or interrupt). Only the cluster's own addresses are used
+# (10.99.0.0/16 inside its namespaces). Needs root, iproute2 (ip, tc) and the tbf qdisc.
+#
+# usage: bench/emu_cluster.sh [shape] --run 'COMMAND' [--run 'COMMAND' ...]
+#   --racks R          racks (per zone when --zones is given)      default 2
+#   --hosts H          hosts per rack                              default 4
+#   --zones Z          zones, each with R racks (0 = no zone level) default 0
+#   --ranks-per-host K ranks in every host (shared memory inside)  default 1
+#   --host-mbit M      every host's NIC, each direction            default 800
+#   --oversub O        rack uplink = H * M / O                      default 8
+#   --zone-oversub P   zone uplink = R * (rack uplink) / P          default 2
+#   --numbering rr|packed  rank r on host (r mod hosts) round-robin across racks, as a rack-blind
+#                      launcher does (rr, default), or racks filled in order (packed)
+#   --keep-file F      copy the generated cluster file to F
+# Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
+# LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
+# EMU_DIR, a scratch folder). The script exits non-zero when any rank of any command fails.
+# Exit status 77: namespaces cannot be made here (not root, or no netns/tbf support).
+set -euo pipefail
+
+racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep=""
+runs=()
+while (($#)); do
+    case "$1" in
+    --racks) racks=$2; shift 2 ;;
+    --hosts) hosts=$2; shift 2 ;;
+    --zones) zones=$2; shift 2 ;;
+    --ranks-per-host) rph=$2; shift 2 ;;
+    --host-mbit) mbit=$2; shift 2 ;;
+    --oversub) oversub=$2; shift 2 ;;
+    --zone-oversub) zoversub=$2; shift 2 ;;
+    --numbering) numbering=$2; shift 2 ;;
+    --keep-file) keep=$2; shift 2 ;;
+    --run) runs+=("$2"); shift 2 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+((${#runs[@]})) || { echo "emu_cluster: nothing to --run" >&2; exit 2; }
+for v in racks hosts rph mbit oversub zoversub; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --$v must be a positive integer" >&2; exit 2; }
+done
+[[ $zones =~ ^[0-9]+$ ]] || { echo "emu_cluster: --zones must be >= 0" >&2; exit 2; }
+[[ $numbering == rr || $numbering == packed ]] || { echo "emu_cluster: --numbering rr|packed" >&2; exit 2; }
+
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+    echo "emu_cluster: needs root and iproute2 (ip, tc)" >&2
+    exit 77
+fi
+
+P="se$$"                      # prefix of every namespace and link name of this run
+FAB="${P}f"                   # the namespace holding the bridges
+nz=$((zones > 0 ? zones : 1))
+nracks=$((nz * racks))
+nhosts=$((nracks * hosts))
+nranks=$((nhosts * rph))
+EMU_DIR=$(mktemp -d /tmp/strata-emu.XXXXXX)
+export EMU_DIR
+
+teardown() {
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${P}" || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -rf "$EMU_DIR"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+shape() { # shape DEV NS MBIT: tbf on DEV's egress
+    local rate_bps=$(($3 * 1000000 / 8)) burst
+    burst=$((rate_bps / 100 > 131072 ? rate_bps / 100 : 131072)) # >= rate/HZ, >= one GSO frame
+    ip netns exec "$2" tc qdisc add dev "$1" root tbf rate "$3mbit" burst "$burst" latency 200ms
+}
+
+link_pair() { # link_pair NS_A DEV_A NS_B DEV_B
+    ip link add "$2" netns "$1" type veth peer name "$4" netns "$3"
+    ip netns exec "$1" ip link set "$2" up
+    ip netns exec "$3" ip link set "$4" up
+}
+
+bridge() { # bridge NAME
+    ip netns exec "$FAB" ip link add "$1" type bridge
+    ip netns exec "$FAB" ip link set "$1" up
+}
+
+if ! ip netns add "$FAB" 2>/dev/null; then
+    echo "emu_cluster: cannot create network namespaces here" >&2
+    exit 77
+fi
+ip netns exec "$FAB" ip link set lo up
+bridge "${P}sp"
+rack_up=$((hosts * mbit / oversub))
+rack_up=$((rack_up > 0 ? rack_up : 1))
+zone_up=$((racks * rack_up / zoversub))
+zone_up=$((zone_up > 0 ? zone_up : 1))
+for ((z = 0; z < zones; z++)); do # zone bridges hang off the spine through shaped uplinks
+    bridge "${P}z$z"
+    link_pair "$FAB" "${P}z${z}u" "$FAB" "${P}z${z}d"
+    ip netns exec "$FAB" ip link set "${P}z${z}u" master "${P}z$z"
+    ip netns exec "$FAB" ip link set "${P}z${z}d" master "${P}sp"
+    shape "${P}z${z}u" "$FAB" "$zone_up" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
+    shape "${P}z${z}d" "$FAB" "$zone_up"
+done
+for ((k = 0; k < nracks; k++)); do
+    bridge "${P}r$k"
+    up="${P}sp"
+    ((zones > 0)) && up="${P}z$((k / racks))"
+    link_pair "$FAB" "${P}r${k}u" "$FAB" "${P}r${k}d"
+    ip netns exec "$FAB" ip link set "${P}r${k}u" master "${P}r$k"
+    ip netns exec "$FAB" ip link set "${P}r${k}d" master "$up"
+    shape "${P}r${k}u" "$FAB" "$rack_up" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
+    shape "${P}r${k}d" "$FAB" "$rack_up"
+done
+host_path() { # host_path H: zone/rack/host of host number h (packed: racks filled in order)
+    local h=$1 k=$(($1 / hosts))
+    if ((zones > 0)); then echo "zone$((k / racks))/rack$k/host$h"; else echo "rack$k/host$h"; fi
+}
+for ((h = 0; h < nhosts; h++)); do
+    ns="${P}h$h"
+    ip netns add "$ns"
+    ip netns exec "$ns" ip link set lo up
+    link_pair "$ns" eth0 "$FAB" "${P}h$h"
+    ip netns exec "$FAB" ip link set "${P}h$h" master "${P}r$((h / hosts))"
+    ip netns exec "$ns" ip addr add "10.99.$((h / 250)).$((h % 250 + 1))/16" dev eth0
+    shape eth0 "$ns" "$mbit"
+    shape "${P}h$h" "$FAB" "$mbit"
+done
+
+# The cluster file: the levels and their links as built (bandwidth per rank, per direction).
+per_rank_gbps=$(awk "BEGIN{print $mbit / 8000 / $rph}")
+{
+    echo "{\"name\": \"emulated-${nracks}x${hosts}\", \"levels\": ["
+    echo "  {\"name\": \"host\", \"fanout\": $rph, \"bandwidth_GBps\": 4, \"latency_us\": 2, \"class\": \"scale-up\"},"
+    echo "  {\"name\": \"rack\", \"fanout\": $hosts, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 60},"
+    if ((zones > 0)); then
+        echo "  {\"name\": \"zone\", \"fanout\": $racks, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 90, \"oversubscription\": $oversub},"
+        echo "  {\"name\": \"spine\", \"fanout\": $zones, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 120, \"oversubscription\": $((oversub * zoversub))}"
+    else
+        echo "  {\"name\": \"spine\", \"fanout\": $nracks, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 90, \"oversubscription\": $oversub}"
+    fi
+    echo "]}"
+} >"$EMU_DIR/cluster.json"
+[ -n "$keep" ] && cp "$EMU_DIR/cluster.json" "$keep"
+echo "emu_cluster: $nranks ranks on $nhosts hosts in $nracks racks$( ((zones > 0)) && echo " ($zones zones)"); host NIC ${mbit} Mbit/s, rack uplink ${rack_up} Mbit/s (${oversub}:1)$( ((zones > 0)) && echo ", zone uplink ${zone_up} Mbit/s")" >&2
+
+host_of_rank() { # the host number of rank r
+    local r=$1 slot=$(($1 / rph))
+    if [ "$numbering" = rr ]; then # consecutive ranks' hosts go round-robin across racks
+        echo $(((slot % nracks) * hosts + slot / nracks))
+    else
+        echo "$slot"
+    fi
+}
+port=$((20000 + $$ % 20000))
+status=0
+for cmd in "${runs[@]}"; do
+    port=$((port + 1))
+    master="10.99.$(($(host_of_rank 0) / 250)).$(($(host_of_rank 0) % 250 + 1))"
+    pids=()
+    for ((r = 0; r < nranks; r++)); do
+        h=$(host_of_rank "$r")
+        ip netns exec "${P}h$h" env RANK=$r WORLD_SIZE=$nranks LOCAL_RANK=$((r % rph)) \
+            LOCAL_WORLD_SIZE=$rph MASTER_ADDR="$master" MASTER_PORT=$port \
+            STRATA_TOPO_PATH="$(host_path "$h")" STRATA_TOPO_FILE="$EMU_DIR/cluster.json" \
+            bash -c "$cmd" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do
+        wait "$p" || status=1
+    done
+    ((status == 0)) || { echo "emu_cluster: a rank failed running: $cmd" >&2; break; }
+done
+exit $status
