@@ -25,6 +25,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_STORE_EXTERNAL", "0", "1: a standalone `strata store` serves the job, rank 0 does not host it"},
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
+    {"STRATA_ZERO_BUCKET", "4M", "ZeRO gradient bucket size in floats (reduced while the backward runs)"},
 };
 
 int strata_knob_count(void)
