@@ -48,6 +48,7 @@ struct zop {
     bool backward;  /* gather: served from the secondary partition */
     bool quant;     /* gather: qwZ bytes; reduce: qgZ all-to-all */
     bool external;  /* gather into a caller buffer (gather_params): no secondary, no free */
+    bool own_buf;   /* buf is the op's own allocation (quantised bytes, staging) */
     int nsteps, cur;
     zstep_t step[ST_ZERO_MAX_LEVELS];
     size_t *po;     /* N + 1 unit offsets of the pieces in buf (gathers of quantised bytes, buckets) */
@@ -247,7 +248,7 @@ static void free_op(zop_t *op)
         free(op->step[i].qsend);
         free(op->step[i].qrecv);
     }
-    if (op->kind == OP_REDUCE || op->quant)
+    if (op->own_buf)
         free(op->buf);
     free(op->po);
     free(op);
@@ -443,6 +444,7 @@ static strata_status_t start_gather(strata_zero_t *z, int s, bool backward, floa
         for (int p = 0; p < z->n; p++)
             op->po[p + 1] = op->po[p] + strata_zero_qbytes(sg->po[p + 1] - sg->po[p]);
         op->buf = malloc(op->po[z->n] ? op->po[z->n] : 1);
+        op->own_buf = true;
         if (!op->buf) {
             free(op->po);
             free(op);
@@ -501,6 +503,7 @@ static strata_status_t start_bucket(strata_zero_t *z, int b)
         op->step[0] = (zstep_t){.q = z->qworld, .level = 0, .coll = COLL_AR};
     } else { // pack piece-major into a staging buffer, then reduce-scatter level by level
         op->buf = malloc((hi - lo) * sizeof(float) + 1);
+        op->own_buf = true;
         if (!op->buf) {
             free(op->po);
             free(op);
