@@ -9,6 +9,7 @@
 
 #include "strata/comm.h"
 #include "strata/env.h"
+#include "strata/parallel.h"
 #include "strata/status.h"
 
 #endif

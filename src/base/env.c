@@ -27,6 +27,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_TOPO_PATH", "", "this rank's place in the fabric, outermost first: zone1/rack3/host7"},
     {"STRATA_TOPO_FILE", "", "cluster file: the fabric's levels and links, and hosts' paths (docs/topology.md)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
+    {"STRATA_ZERO_BUCKET", "4M", "ZeRO gradient bucket size in floats (reduced while the backward runs)"},
 };
 
 int strata_knob_count(void)
