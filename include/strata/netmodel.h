@@ -165,7 +165,10 @@ STRATA_API void strata_xfer_plan_free(strata_xfer_plan_t *p);
 STRATA_API double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *src,
                                              const int *dst, const double *bytes);
 
-/* Predicted seconds of a whole plan: the sum over slots of the slot's flows time. */
+/* Predicted seconds of a whole plan. Slot by slot, the slot's transfers share links as in
+ * strata_netmodel_flows_time; a transfer starts when both its ends have finished their previous
+ * slot (ranks wait for their own messages only, as the communicator does), so the plan's time is
+ * the latest finish, not the sum of the slowest transfer of every slot. */
 STRATA_API double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_plan_t *p,
                                             size_t esize);
 

@@ -35,11 +35,10 @@ static void linkmap_init(const strata_fabric_t *f, linkmap_t *m)
     m->total = at;
 }
 
-double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *src, const int *dst,
-                                  const double *bytes)
+/* Seconds of each of n concurrent flows into t[i]; false when out of memory. */
+static bool flows_each(const strata_fabric_t *f, int n, const int *src, const int *dst,
+                       const double *bytes, double *t)
 {
-    if (n <= 0)
-        return 0;
     linkmap_t m;
     linkmap_init(f, &m);
     int *flows = calloc((size_t)m.total, sizeof *flows);
@@ -47,7 +46,7 @@ double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *sr
     if (!flows || !usize) {
         free(flows);
         free(usize);
-        return -1;
+        return false;
     }
     for (int j = 0; j < m.L; j++)
         for (int r = 0; r < f->nranks; r++)
@@ -64,10 +63,10 @@ double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *sr
                 flows[m.ubase[j] + 2 * strata_fabric_unit(f, j, r) + d]++;
         }
     }
-    double worst = 0;
     for (int i = 0; i < n; i++) {
         int a = src[i], b = dst[i];
         int L = strata_fabric_common_level(f, a, b);
+        t[i] = 0;
         if (L < 0)
             continue;
         const strata_topo_level_t *lv = &f->topo.level[L];
@@ -84,11 +83,26 @@ double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *sr
                 rate = share < rate ? share : rate;
             }
         }
-        double t = lv->latency_s + bytes[i] / rate;
-        worst = t > worst ? t : worst;
+        t[i] = lv->latency_s + bytes[i] / rate;
     }
     free(flows);
     free(usize);
+    return true;
+}
+
+double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *src, const int *dst,
+                                  const double *bytes)
+{
+    if (n <= 0)
+        return 0;
+    double *t = malloc((size_t)n * sizeof *t), worst = 0;
+    if (!t || !flows_each(f, n, src, dst, bytes, t)) {
+        free(t);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        worst = t[i] > worst ? t[i] : worst;
+    free(t);
     return worst;
 }
 
@@ -107,18 +121,22 @@ double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_pla
 {
     if (p->n == 0)
         return 0;
+    const int nr = f->nranks;
     strata_xfer_t *x = malloc((size_t)p->n * sizeof *x);
     int *src = malloc((size_t)p->n * 2 * sizeof *src);
-    double *bytes = malloc((size_t)p->n * sizeof *bytes);
-    if (!x || !src || !bytes) {
+    double *bytes = malloc((size_t)p->n * 2 * sizeof *bytes);
+    double *fin = calloc((size_t)nr * 2, sizeof *fin);
+    if (!x || !src || !bytes || !fin) {
         free(x);
         free(src);
         free(bytes);
+        free(fin);
         return -1;
     }
     memcpy(x, p->x, (size_t)p->n * sizeof *x);
     qsort(x, (size_t)p->n, sizeof *x, xfer_slot_cmp);
     int *dst = src + p->n;
+    double *dur = bytes + p->n, *next = fin + nr;
     double total = 0;
     for (int i = 0; i < p->n;) {
         int k = 0, slot = x[i].slot;
@@ -131,11 +149,26 @@ double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_pla
             dst[k] = x[i].dst;
             bytes[k++] = (double)(x[i].len * esize);
         }
-        total += strata_netmodel_flows_time(f, k, src, dst, bytes);
+        if (!flows_each(f, k, src, dst, bytes, dur)) {
+            total = -1;
+            break;
+        }
+        // A transfer starts when both ends have finished their previous slot (a rank waits only
+        // for its own messages, not for the whole job), and ends its duration later.
+        memcpy(next, fin, (size_t)nr * sizeof *fin);
+        for (int j = 0; j < k; j++) {
+            double start = fin[src[j]] > fin[dst[j]] ? fin[src[j]] : fin[dst[j]];
+            double end = start + dur[j];
+            next[src[j]] = end > next[src[j]] ? end : next[src[j]];
+            next[dst[j]] = end > next[dst[j]] ? end : next[dst[j]];
+            total = end > total ? end : total;
+        }
+        memcpy(fin, next, (size_t)nr * sizeof *fin);
     }
     free(x);
     free(src);
     free(bytes);
+    free(fin);
     return total;
 }
 
