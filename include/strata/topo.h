@@ -119,6 +119,11 @@ STRATA_API strata_status_t strata_topo_load(const char *path, strata_topo_t *out
 STRATA_API strata_status_t strata_topo_host_path(const char *file, const char *host, char *out,
                                                  size_t cap);
 
+/* True when `path` holds JSON (a cluster file) rather than a Slurm topology.conf, judged by its
+ * first non-blank character; an unreadable or empty file counts as JSON so that the JSON reader
+ * reports the problem. STRATA_TOPO_FILE accepts both. */
+STRATA_API bool strata_topo_file_is_json(const char *path);
+
 /* Parses the same format from a string; `origin` names it in messages. */
 STRATA_API strata_status_t strata_topo_parse(const char *text, const char *origin,
                                              strata_topo_t *out);
@@ -179,6 +184,26 @@ STRATA_API strata_status_t strata_slurm_topo_parse(const char *text, const char 
                                                    strata_slurm_topo_t *out);
 STRATA_API void strata_slurm_topo_free(strata_slurm_topo_t *t);
 
+/* The path of `host` through the switches, outermost first ("spine/leaf3/node07"; block form:
+ * "block2/node07"), for STRATA_TOPO_PATH. Returns its depth (components), or
+ * STRATA_ERR_INVALID_ARG when the host is not listed or the path does not fit in cap bytes. */
+STRATA_API int strata_slurm_topo_host_path(const strata_slurm_topo_t *t, const char *host, char *out,
+                                           size_t cap);
+
+/* ---- the local host through hwloc (src/topo/topo_hwloc.c) ------------------------------------- */
+
+typedef struct strata_host_shape {
+    int packages, numa_nodes, cores, pus; /* as hwloc counts them on this machine */
+    char cpu_model[96];                   /* "" when hwloc does not say */
+} strata_host_shape_t;
+
+/* Reads the local host with hwloc. Errors: STRATA_ERR_SYSTEM when hwloc cannot load it. */
+STRATA_API strata_status_t strata_host_shape(strata_host_shape_t *out);
+
+/* The host as a tree of levels for ranks pinned one per core: "socket" (fanout: cores per
+ * package) and "host" (fanout: packages), shared-memory links. */
+STRATA_API void strata_host_shape_levels(const strata_host_shape_t *shape, strata_topo_t *out);
+
 
 /* ---- a job's ranks on the fabric (src/topo/fabric.c) -------------------------------------------
  *
@@ -199,19 +224,27 @@ typedef struct strata_fabric {
 } strata_fabric_t;
 
 /* Places `nranks` ranks given each one's path, outermost component first ("zone1/rack3/host7"; the
- * last component is the innermost unit, a host). Paths shorter than the tree are padded at the
- * outer end (a path "host7" in a host<rack<spine tree puts the rank in one rack shared with every
- * other short path); levels beyond the path's depth, up to the outermost, are shared by all.
- * `topo` gives the levels; NULL uses strata_fabric_default_levels() with depth+1 levels. Errors:
- * STRATA_ERR_INVALID_ARG for a path with an empty component or deeper than the tree can hold. */
+ * last component is the innermost unit, a host). Levels beyond a path's depth are shared by all
+ * ranks (a path "host7" in a host<rack<spine tree puts the rank in one rack shared with every
+ * other short path), and so is the outermost level, named or not. `topo` gives the levels; NULL
+ * uses strata_fabric_default_levels() with depth+1 levels. Errors: STRATA_ERR_INVALID_ARG for a
+ * malformed path (strata_topo_path_keys) or one with more components than the tree has levels. */
 STRATA_API strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
                                                     const char *const *paths, strata_fabric_t *out);
 
-/* Places ranks given each one's unit key per level (keys[r * nlevels + l]; equal keys at a level
- * mean the same unit; the outermost level is forced shared). Used by the communicator, which
- * exchanges 64-bit hashes of the path prefixes. */
+/* Places ranks given each one's unit key per level (keys[r * stride + l], l < stride; equal keys
+ * at a level mean the same unit; levels at or beyond `stride`, and the outermost, are shared).
+ * Used by the communicator, which exchanges the keys of strata_topo_path_keys. */
 STRATA_API strata_status_t strata_fabric_from_keys(const strata_topo_t *topo, int nranks,
-                                                   const uint64_t *keys, strata_fabric_t *out);
+                                                   const uint64_t *keys, int stride,
+                                                   strata_fabric_t *out);
+
+/* The unit keys of a path ("zone1/rack3/host7", a leading '/' allowed): keys[l] for the unit of
+ * level l, innermost first (keys[0] names the host), each the hash of the path up to that unit;
+ * *depth = the number of components. Errors: STRATA_ERR_INVALID_ARG for an empty component or a
+ * path deeper than STRATA_TOPO_MAX_LEVELS; the message quotes the path. */
+STRATA_API strata_status_t strata_topo_path_keys(const char *path,
+                                                 uint64_t keys[STRATA_TOPO_MAX_LEVELS], int *depth);
 
 /* The sub-fabric of `n` ranks `members[i]` of `f`, renumbered 0..n-1 (a split communicator). */
 STRATA_API strata_status_t strata_fabric_subset(const strata_fabric_t *f, int n,

@@ -3,6 +3,7 @@
  * the ranks exchange one small record each; splits take their members' part. The levels' links
  * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). The cost
  * model's verdicts on this fabric are memoised here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,14 +12,6 @@
 #include "comm/comm_internal.h"
 
 #define KEYS (STRATA_TOPO_MAX_LEVELS)
-
-static uint64_t fnv1a(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
 
 /* This rank's record: [0] = path depth, [1 + l] = key of its level-l unit (innermost first). */
 static strata_status_t my_record(st_ep_t *ep, const char *path, int64_t rec[1 + KEYS])
@@ -29,27 +22,19 @@ static strata_status_t my_record(st_ep_t *ep, const char *path, int64_t rec[1 + 
         rec[1] = (int64_t)st_ep_host_hash(ep);
         return STRATA_OK;
     }
-    const char *comp[KEYS];
-    size_t len[KEYS];
-    int d = 0;
-    for (const char *p = path; *p;) {
-        const char *slash = strchr(p, '/');
-        size_t l = slash ? (size_t)(slash - p) : strlen(p);
-        if (l == 0 || d == KEYS - 1)
-            return st_error(STRATA_ERR_INVALID_ARG,
-                            "STRATA_TOPO_PATH '%s': expected unit names separated by '/', outermost "
-                            "first, at most %d deep",
-                            path, KEYS - 1);
-        comp[d] = p;
-        len[d++] = l;
-        p += l + (slash != NULL);
-    }
-    rec[0] = d;
-    for (int l = 0; l < d; l++) // a unit's key is the hash of its whole path prefix
-        rec[1 + l] = (int64_t)fnv1a(path, (size_t)(comp[d - 1 - l] - path) + len[d - 1 - l]);
+    uint64_t keys[KEYS];
+    int depth;
+    if (strata_topo_path_keys(path, keys, &depth) < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "STRATA_TOPO_PATH: %s", strata_last_error());
+    rec[0] = depth;
+    for (int l = 0; l < depth; l++)
+        rec[1 + l] = (int64_t)keys[l];
     return STRATA_OK;
 }
 
+/* This rank's path and the fabric's levels: STRATA_TOPO_PATH wins for the path; STRATA_TOPO_FILE
+ * gives the levels (a cluster file) and, by host name, the path (its "hosts", or a Slurm
+ * topology.conf's switches, whose levels get strata's default links). */
 static strata_status_t locate(char *path, size_t cap, strata_topo_t *levels, bool *have_levels)
 {
     const char *given = st_knob_str("STRATA_TOPO_PATH");
@@ -57,16 +42,24 @@ static strata_status_t locate(char *path, size_t cap, strata_topo_t *levels, boo
     *have_levels = false;
     path[0] = '\0';
     if (*file) {
-        ST_TRY(strata_topo_load(file, levels));
-        *have_levels = true;
-        if (!*given) {
-            char host[256];
-            if (gethostname(host, sizeof host) != 0)
-                return st_error_errno(STRATA_ERR_SYSTEM, errno, "gethostname");
-            host[sizeof host - 1] = '\0';
-            strata_status_t rc = strata_topo_host_path(file, host, path, cap);
+        char host[256];
+        if (gethostname(host, sizeof host) != 0)
+            return st_error_errno(STRATA_ERR_SYSTEM, errno, "gethostname");
+        host[sizeof host - 1] = '\0';
+        if (strata_topo_file_is_json(file)) {
+            ST_TRY(strata_topo_load(file, levels));
+            *have_levels = true;
+            strata_status_t rc = *given ? STRATA_OK : strata_topo_host_path(file, host, path, cap);
             if (rc < 0 && rc != STRATA_ERR_UNSUPPORTED) // a file without hosts: fine
                 return rc;
+        } else if (!*given) {
+            strata_slurm_topo_t st;
+            ST_TRY(strata_slurm_topo_load(file, &st));
+            int d = strata_slurm_topo_host_path(&st, host, path, cap);
+            strata_slurm_topo_free(&st);
+            if (d < 0)
+                return st_error(STRATA_ERR_INVALID_ARG, "%s: %s (set STRATA_TOPO_PATH instead)",
+                                file, strata_last_error());
         }
     }
     if (*given)
@@ -104,20 +97,18 @@ strata_status_t st_comm_topo_create(strata_comm_t *c)
     if (rc == STRATA_OK) {
         if (!have_levels)
             strata_fabric_default_levels(depth + 1, &levels);
-        else if (depth > levels.nlevels - 1 && n > 1)
+        else if (depth > levels.nlevels)
             rc = st_error(STRATA_ERR_INVALID_ARG,
-                          "placement: paths are %d deep but %s has %d levels (a path names the "
-                          "units below the outermost level)",
-                          depth, st_knob_str("STRATA_TOPO_FILE"), levels.nlevels);
+                          "placement: paths are %d deep but %s has %d levels", depth,
+                          st_knob_str("STRATA_TOPO_FILE"), levels.nlevels);
     }
-    const int L = levels.nlevels;
-    if (rc == STRATA_OK && !(keys = calloc((size_t)n * (size_t)L, sizeof *keys)))
+    if (rc == STRATA_OK && !(keys = calloc((size_t)n * KEYS, sizeof *keys)))
         rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
     for (int r = 0; rc == STRATA_OK && r < n; r++)
-        for (int l = 0; l < L && l < KEYS; l++)
-            keys[(size_t)r * (size_t)L + (size_t)l] = (uint64_t)all[r * (1 + KEYS) + 1 + l];
+        for (int l = 0; l < KEYS; l++)
+            keys[(size_t)r * KEYS + (size_t)l] = (uint64_t)all[r * (1 + KEYS) + 1 + l];
     if (rc == STRATA_OK)
-        rc = strata_fabric_from_keys(&levels, n, keys, &t->fabric);
+        rc = strata_fabric_from_keys(&levels, n, keys, KEYS, &t->fabric);
     free(all);
     free(keys);
     if (rc < 0) {
@@ -127,7 +118,7 @@ strata_status_t st_comm_topo_create(strata_comm_t *c)
     memo_reset(t);
     c->topo = t;
     if (t->multi && have_levels) { // flat algorithms see the outermost level's link
-        const strata_topo_level_t *top = &levels.level[L - 1];
+        const strata_topo_level_t *top = &levels.level[levels.nlevels - 1];
         c->link.alpha_s = top->latency_s;
         c->link.beta_s_per_b = top->oversub / top->bw_Bps;
     }

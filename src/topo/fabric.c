@@ -53,7 +53,7 @@ static strata_status_t fabric_alloc(const strata_topo_t *topo, int nranks, strat
 /* Dense unit ids at every level from keys, in order of first appearance by rank. Units nest:
  * the key of level l is combined with the unit of level l+1, so equal host names in different
  * racks stay different hosts. */
-static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys)
+static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys, int stride)
 {
     const int n = f->nranks, L = f->topo.nlevels;
     uint64_t *seen = malloc((size_t)n * sizeof *seen);
@@ -62,7 +62,7 @@ static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys)
     for (int l = L - 1; l >= 0; l--) {
         int nu = 0;
         for (int r = 0; r < n; r++) {
-            uint64_t k = l == L - 1 ? 0 : keys[(size_t)r * (size_t)L + (size_t)l];
+            uint64_t k = l == L - 1 || l >= stride ? 0 : keys[(size_t)r * (size_t)stride + (size_t)l];
             if (l < L - 1) // nest inside the outer unit
                 k = k * 0x9e3779b97f4a7c15ull + (uint64_t)f->unit[(l + 1) * n + r] + 1;
             int u = 0;
@@ -79,10 +79,10 @@ static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys)
 }
 
 strata_status_t strata_fabric_from_keys(const strata_topo_t *topo, int nranks, const uint64_t *keys,
-                                        strata_fabric_t *out)
+                                        int stride, strata_fabric_t *out)
 {
     ST_TRY(fabric_alloc(topo, nranks, out));
-    strata_status_t rc = densify(out, keys);
+    strata_status_t rc = densify(out, keys, stride);
     if (rc < 0)
         strata_fabric_free(out);
     return rc;
@@ -96,39 +96,50 @@ static uint64_t fnv1a(const char *s, size_t len)
     return h;
 }
 
-/* Components of a path, outermost first. Returns the count, or -1 on an empty component. */
-static int split_path(const char *path, const char **comp, size_t *len, int max)
+strata_status_t strata_topo_path_keys(const char *path, uint64_t keys[STRATA_TOPO_MAX_LEVELS],
+                                      int *depth)
 {
-    int n = 0;
-    const char *p = path;
-    while (*p) {
+    const char *comp[STRATA_TOPO_MAX_LEVELS];
+    size_t len[STRATA_TOPO_MAX_LEVELS];
+    const char *p = path && *path == '/' ? path + 1 : path; // "/dc0/rack1/n7" as strata place writes
+    int d = 0;
+    bool bad = !p || !*p;
+    while (!bad && *p) {
         const char *slash = strchr(p, '/');
         size_t l = slash ? (size_t)(slash - p) : strlen(p);
-        if (l == 0 || n == max)
-            return -1;
-        comp[n] = p;
-        len[n++] = l;
-        p += l + (slash ? 1 : 0);
-        if (slash && !*p)
-            return -1; // trailing slash
+        bad = l == 0 || d == STRATA_TOPO_MAX_LEVELS || (slash && !slash[1]);
+        if (bad)
+            break;
+        comp[d] = p;
+        len[d++] = l;
+        p += l + (slash != NULL);
     }
-    return n;
+    if (bad)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "path '%s': expected unit names separated by '/', outermost first "
+                        "(zone1/rack3/host7), at most %d deep",
+                        path ? path : "(null)", STRATA_TOPO_MAX_LEVELS);
+    *depth = d;
+    memset(keys, 0, STRATA_TOPO_MAX_LEVELS * sizeof *keys);
+    for (int l = 0; l < d; l++) // a unit's key is the hash of its whole path prefix
+        keys[l] = fnv1a(path, (size_t)(comp[d - 1 - l] + len[d - 1 - l] - path));
+    return STRATA_OK;
 }
 
 strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
                                          const char *const *paths, strata_fabric_t *out)
 {
     memset(out, 0, sizeof *out);
-    const char *comp[STRATA_TOPO_MAX_LEVELS];
-    size_t len[STRATA_TOPO_MAX_LEVELS];
+    uint64_t *keys = calloc((size_t)nranks * STRATA_TOPO_MAX_LEVELS, sizeof *keys);
+    if (!keys)
+        return st_error(STRATA_ERR_NO_MEMORY, "fabric: out of memory");
     int depth = 1;
     for (int r = 0; r < nranks; r++) {
-        int d = split_path(paths[r], comp, len, STRATA_TOPO_MAX_LEVELS - 1);
-        if (d < 1)
-            return st_error(STRATA_ERR_INVALID_ARG,
-                            "fabric: rank %d's path '%s': expected unit names separated by '/', "
-                            "outermost first, at most %d deep",
-                            r, paths[r], STRATA_TOPO_MAX_LEVELS - 1);
+        int d;
+        if (strata_topo_path_keys(paths[r], keys + (size_t)r * STRATA_TOPO_MAX_LEVELS, &d) < 0) {
+            free(keys);
+            return st_error(STRATA_ERR_INVALID_ARG, "fabric: rank %d's %s", r, strata_last_error());
+        }
         depth = d > depth ? d : depth;
     }
     strata_topo_t dflt;
@@ -136,21 +147,12 @@ strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
         strata_fabric_default_levels(depth + 1, &dflt);
         topo = &dflt;
     }
-    if (depth > topo->nlevels - 1 && !(depth == topo->nlevels && nranks == 1))
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "fabric: paths are %d deep but the tree has %d levels (a path names the "
-                        "units below the outermost level)",
+    if (depth > topo->nlevels) {
+        free(keys);
+        return st_error(STRATA_ERR_INVALID_ARG, "fabric: paths are %d deep but the tree has %d levels",
                         depth, topo->nlevels);
-    const int L = topo->nlevels;
-    uint64_t *keys = calloc((size_t)nranks * (size_t)L, sizeof *keys);
-    if (!keys)
-        return st_error(STRATA_ERR_NO_MEMORY, "fabric: out of memory");
-    for (int r = 0; r < nranks; r++) {
-        int d = split_path(paths[r], comp, len, STRATA_TOPO_MAX_LEVELS - 1);
-        for (int i = 0; i < d && i < L; i++) // component d-1-i is the unit of level i
-            keys[(size_t)r * (size_t)L + (size_t)i] = fnv1a(comp[d - 1 - i], len[d - 1 - i]);
     }
-    strata_status_t rc = strata_fabric_from_keys(topo, nranks, keys, out);
+    strata_status_t rc = strata_fabric_from_keys(topo, nranks, keys, STRATA_TOPO_MAX_LEVELS, out);
     free(keys);
     return rc;
 }
@@ -165,7 +167,7 @@ strata_status_t strata_fabric_subset(const strata_fabric_t *f, int n, const int 
     for (int i = 0; i < n; i++)
         for (int l = 0; l < L; l++)
             keys[(size_t)i * (size_t)L + (size_t)l] = (uint64_t)strata_fabric_unit(f, l, members[i]);
-    strata_status_t rc = strata_fabric_from_keys(&f->topo, n, keys, out);
+    strata_status_t rc = strata_fabric_from_keys(&f->topo, n, keys, L, out);
     free(keys);
     return rc;
 }

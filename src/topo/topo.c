@@ -267,7 +267,7 @@ void strata_topo_describe(const strata_topo_t *topo, FILE *f)
             "lat(us)", "oversub", "class");
     for (int i = 0; i < topo->nlevels; i++) {
         const strata_topo_level_t *l = &topo->level[i];
-        fprintf(f, "  %-10s %7d %10lld %10.1f %9.1f %8.1f %-9s\n", l->name, l->fanout,
+        fprintf(f, "  %-10s %7d %10lld %10.4g %9.1f %8.2f %-9s\n", l->name, l->fanout,
                 strata_topo_domain_size(topo, i + 1), l->bw_Bps / 1e9, l->latency_s * 1e6,
                 l->oversub, strata_link_class_name(l->link_class));
     }

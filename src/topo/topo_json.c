@@ -184,3 +184,14 @@ void strata_topo_write_json(const strata_topo_t *topo, FILE *f)
     }
     fprintf(f, "  ]\n}\n");
 }
+
+bool strata_topo_file_is_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int c = EOF;
+    while (f && (c = fgetc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+        ;
+    if (f)
+        fclose(f);
+    return c == '{' || c == EOF; // unreadable or empty: the JSON reader names the problem
+}

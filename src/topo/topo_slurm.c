@@ -322,3 +322,26 @@ strata_status_t strata_slurm_topo_load(const char *path, strata_slurm_topo_t *ou
     free(text);
     return rc;
 }
+
+int strata_slurm_topo_host_path(const strata_slurm_topo_t *t, const char *host, char *out,
+                                size_t cap)
+{
+    int node = -1;
+    for (int i = 0; i < t->nnodes && node < 0; i++)
+        node = strcmp(t->nodes[i].name, host) == 0 ? i : -1;
+    if (node < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "topology.conf: host \"%s\" is not listed", host);
+    // The chain of switches above the node, leaf first; written outermost first.
+    int chain[64], d = 0;
+    for (int sw = t->nodes[node].sw; sw >= 0 && d < 64; sw = t->switches[sw].parent)
+        chain[d++] = sw;
+    size_t at = 0;
+    out[0] = '\0';
+    for (int i = d - 1; i >= -1; i--) {
+        const char *name = i >= 0 ? t->switches[chain[i]].name : host;
+        int w = snprintf(out + at, at < cap ? cap - at : 0, "%s%s", at ? "/" : "", name);
+        if (w < 0 || (at += (size_t)w) >= cap)
+            return st_error(STRATA_ERR_INVALID_ARG, "topology.conf: path of %s is too long", host);
+    }
+    return d + 1;
+}

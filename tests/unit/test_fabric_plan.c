@@ -6,8 +6,10 @@
 #include "strata/netmodel.h"
 #include "strata/topo.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void levels3(strata_topo_t *t, double oversub)
 {
@@ -46,15 +48,24 @@ static void test_paths_and_order(void **state)
     assert_memory_equal(order, want, sizeof want);
     strata_fabric_free(&f);
 
-    const char *bad[] = {"ra//h1"};
-    assert_int_equal(strata_fabric_from_paths(NULL, 1, bad, &f), STRATA_ERR_INVALID_ARG);
-    assert_non_null(strstr(strata_last_error(), "ra//h1"));
-    const char *deep[] = {"a/b/c"};
+    for (int i = 0; i < 4; i++) {
+        const char *bad[] = {"ra//h1", "ra/h1/", "", "a/b/c/d/e/f/g/h/i"};
+        assert_int_equal(strata_fabric_from_paths(NULL, 1, &bad[i], &f), STRATA_ERR_INVALID_ARG);
+        assert_non_null(strstr(strata_last_error(), bad[i]));
+    }
     strata_topo_t t;
     strata_fabric_default_levels(2, &t);
     assert_int_equal(strata_fabric_from_paths(&t, 2, (const char *[]){"a/b/c", "a/b/d"}, &f),
                      STRATA_ERR_INVALID_ARG);
-    (void)deep;
+    // The outermost unit may be named, with a leading '/' as strata place writes paths.
+    strata_fabric_default_levels(3, &t);
+    assert_int_equal(strata_fabric_from_paths(&t, 3, (const char *[]){"/dc/r0/n1", "/dc/r1/n1",
+                                                                      "/dc/r0/n2"}, &f),
+                     STRATA_OK);
+    assert_int_equal(f.nunits[0], 3);
+    assert_int_equal(f.nunits[1], 2);
+    assert_int_equal(strata_fabric_common_level(&f, 0, 2), 1);
+    strata_fabric_free(&f);
 }
 
 /* Runs a plan serially: vec[r][i] per rank. Fails on a slot that both reads and writes one
@@ -201,6 +212,62 @@ static void test_plans_irregular(void **state)
     check_all_plans(lone, 4, 3);
 }
 
+static const char *write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/strata_cluster_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+/* A cluster file's "hosts" place hosts by Slurm hostlist; bad entries name file and line. */
+static void test_cluster_hosts(void **state)
+{
+    (void)state;
+    const char *levels = "{\"levels\": [\n"
+                         " {\"name\": \"host\", \"fanout\": 2, \"bandwidth_GBps\": 8},\n"
+                         " {\"name\": \"rack\", \"fanout\": 4, \"bandwidth_GBps\": 1},\n"
+                         " {\"name\": \"spine\", \"fanout\": 2, \"bandwidth_GBps\": 1}],\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%s \"hosts\": [\n  {\"names\": \"n[01-04]\", \"path\": \"r1\"},\n"
+             "  {\"names\": \"n[05-08],gpu9\", \"path\": \"r2\"}]}\n", levels);
+    const char *f = write_tmp(text);
+    char path[128];
+    assert_int_equal(strata_topo_host_path(f, "n06", path, sizeof path), STRATA_OK);
+    assert_string_equal(path, "r2/n06");
+    assert_int_equal(strata_topo_host_path(f, "gpu9", path, sizeof path), STRATA_OK);
+    assert_string_equal(path, "r2/gpu9");
+    assert_int_equal(strata_topo_host_path(f, "n09", path, sizeof path), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "n09"));
+    strata_topo_t t;
+    assert_int_equal(strata_topo_load(f, &t), STRATA_OK);
+    assert_true(strata_topo_file_is_json(f));
+    unlink(f);
+
+    const char *bad[][2] = {
+        {" \"hosts\": [\n  {\"names\": \"n[01-04\", \"path\": \"r1\"}]}\n", ":6:"},
+        {" \"hosts\": [\n  {\"names\": \"n1\", \"path\": \"r1//x\"}]}\n", "path"},
+        {" \"hosts\": [\n  {\"names\": \"n1\", \"rack\": \"r1\"}]}\n", "rack"},
+        {" \"hosts\": {\"names\": \"n1\"}}\n", "array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", levels, bad[i][0]);
+        f = write_tmp(text);
+        strata_status_t rc = strata_topo_load(f, &t);
+        if (rc != STRATA_ERR_PARSE || !strstr(strata_last_error(), bad[i][1]) ||
+            !strstr(strata_last_error(), f))
+            fail_msg("bad hosts %zu: expected a parse error with '%s', got %d: %s", i, bad[i][1],
+                     rc, strata_last_error());
+        unlink(f);
+    }
+    f = write_tmp("SwitchName=s0 Nodes=n1\n");
+    assert_false(strata_topo_file_is_json(f));
+    unlink(f);
+}
+
 static void test_model_orders_plans(void **state)
 {
     (void)state;
@@ -251,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_paths_and_order),
         cmocka_unit_test(test_plans_regular),
         cmocka_unit_test(test_plans_irregular),
+        cmocka_unit_test(test_cluster_hosts),
         cmocka_unit_test(test_model_orders_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

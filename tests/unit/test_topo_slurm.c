@@ -62,6 +62,14 @@ static void test_tree_form(void **state)
     assert_true(t.switches[0].link_speed == 100);
     assert_string_equal(t.nodes[4].name, "n05");
     assert_int_equal(t.nodes[4].sw, 1);
+    // A node's path runs through its switches, outermost first (what STRATA_TOPO_FILE uses).
+    char path[64];
+    assert_int_equal(strata_slurm_topo_host_path(&t, "n05", path, sizeof path), 3);
+    assert_string_equal(path, "top/s1/n05");
+    assert_int_equal(strata_slurm_topo_host_path(&t, "n99", path, sizeof path),
+                     STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "n99"));
+    assert_int_equal(strata_slurm_topo_host_path(&t, "n05", path, 6), STRATA_ERR_INVALID_ARG);
     strata_slurm_topo_free(&t);
 }
 
@@ -76,6 +84,9 @@ static void test_block_form(void **state)
     assert_int_equal(t.nnodes, 8);
     assert_int_equal(t.nblock_sizes, 2);
     assert_int_equal(t.block_sizes[1], 8);
+    char path[64];
+    assert_int_equal(strata_slurm_topo_host_path(&t, "n6", path, sizeof path), 2);
+    assert_string_equal(path, "b2/n6");
     strata_slurm_topo_free(&t);
 }
 

@@ -12,6 +12,8 @@ static const strata_cmd_t commands[] = {
     {"launch", "start N local ranks of a program with a launcher environment", cmd_launch},
     {"bench", "measure a collective, nccl-tests style (run under strata launch)", cmd_bench},
     {"probe", "measure the fabric level by level and write a calibrated cluster file", cmd_probe},
+    {"topo", "show a cluster file or Slurm topology.conf, a host's path, the local host (hwloc)",
+     cmd_topo},
     {"store", "serve a standalone bootstrap store", cmd_store},
     {"plan", "predict a training step and search the best parallel configuration", cmd_plan},
     {"place", "place one job's ranks on a cluster by its topology (Slurm/mpirun files)", cmd_place},

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# strata on an emulated cluster (bench/emu_cluster.sh: network namespaces, bridges, tbf-shaped
+# links): hierarchical and tree-order collectives give correct results over real TCP between
+# "hosts" in 2 racks and in a 3-level tree, the cost model picks the hierarchical allreduce for
+# large messages on the rack-oblivious numbering, and `strata probe` writes a cluster file that
+# loads. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
+#
+#   bash tests/cli/emu_cluster.sh path/to/strata
+set -u
+STRATA=${1:?usage: bash tests/cli/emu_cluster.sh path/to/strata}
+case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EMU=$ROOT/bench/emu_cluster.sh
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-emu-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+pass=0
+fail=0
+check() { # check DESC STATUS
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1)); echo "ok   - $1"
+    else
+        fail=$((fail + 1)); echo "FAIL - $1"
+    fi
+}
+
+# Probe once whether namespaces work here at all.
+bash "$EMU" --racks 1 --hosts 1 --run true >/dev/null 2>"$TMP/probe.err"
+rc=$?
+if [ $rc -eq 77 ]; then
+    echo "SKIP: cannot build an emulated cluster here: $(tail -1 "$TMP/probe.err")"
+    exit 77
+fi
+
+B="$STRATA bench"
+out=$TMP/2rack.txt
+bash "$EMU" --racks 2 --hosts 2 --host-mbit 1000 --oversub 4 \
+    --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 1,4097,1M -n 2 -w 1 -d f32 -o sum" \
+    --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 100003 -n 2 -w 1 -d i32 -o max" \
+    --run "STRATA_COMM_ALGO=allreduce:ring_tree $B allreduce --sizes 1M -n 2 -w 1" \
+    --run "STRATA_COMM_ALGO=reduce_scatter:hier $B reduce_scatter --sizes 1M -n 2 -w 1 -o avg" \
+    --run "STRATA_COMM_ALGO=allgather:hier $B allgather --sizes 1M -n 2 -w 1" \
+    --run "$B allreduce --sizes 8,4M -n 2 -w 1" \
+    --run "$STRATA probe --bytes 256K --iters 2 --lat-iters 20 --out $TMP/probed.json >/dev/null" \
+    >"$out" 2>&1
+check "2 racks x 2 hosts: every collective ran" $?
+grep -q "CHECK FAILED\|FAIL" "$out"
+check "2 racks x 2 hosts: every result correct" $((!$?))
+[ "$(grep -c 'all results correct' "$out")" -eq 6 ]
+check "2 racks x 2 hosts: six checked benchmarks" $?
+grep -E '^ +4194304 .* hier ' "$out" >/dev/null
+check "the cost model picks hier for a 4 MiB allreduce" $?
+grep -E '^ +8 .* (recursive_doubling|halving_doubling) ' "$out" >/dev/null
+check "and a latency algorithm for 8 bytes" $?
+"$STRATA" topo show "$TMP/probed.json" 2>&1 | grep -qE '^ +spine +2 +4 '
+check "probe wrote a cluster file that loads, with the spine level" $?
+
+out=$TMP/3level.txt
+bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --oversub 2 \
+    --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 7,1M -n 2 -w 1 -o avg" \
+    --run "STRATA_COMM_ALGO=reduce_scatter:hier,allgather:hier $B allgather --sizes 1M -n 2 -w 1" \
+    >"$out" 2>&1
+check "3 levels (2 zones x 2 racks x 1 host x 2 ranks): collectives ran" $?
+[ "$(grep -c 'all results correct' "$out")" -eq 2 ]
+check "3 levels: every result correct" $?
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
