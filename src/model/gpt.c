@@ -451,7 +451,7 @@ strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens, con
     m->T = T;
     m->have_targets = false;
     m->logits_valid = false;
-    const float *p;
+    const float *p = NULL;
 
     strata_trace_begin("compute", "embed.fwd");
     WITH_SEG(m, 0, false, p,
@@ -514,7 +514,7 @@ strata_status_t strata_model_backward(strata_gpt_t *m)
                         "model: backward needs a forward pass with targets first");
     const strata_gpt_config_t *c = &m->cfg;
     int B = m->B, T = m->T, N = B * T, C = c->d_model, V = c->vocab, L = c->n_layer;
-    const float *p;
+    const float *p = NULL;
     memset(m->grads, 0, m->P * sizeof(float));
     m->have_targets = false; // the logits buffer becomes dlogits
     m->logits_valid = false;
