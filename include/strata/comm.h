@@ -274,6 +274,13 @@ STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, c
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
                                             size_t bytes);
 
+/* Where the communicator's ranks sit (topo.h): for each level (innermost first: host, rack, ...),
+ * each rank's unit. Built at creation from STRATA_TOPO_PATH / STRATA_TOPO_FILE, else from host
+ * identity alone (levels "host" and "tier1"); a split keeps its members' part. Owned by the
+ * communicator; NULL only for a NULL comm. Tier colours for hierarchical partitions are
+ * strata_fabric_unit(f, level, rank). */
+STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm);
+
 /* The network cost model's prediction, in seconds, of `coll` on `bytes` (sized as for
  * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
  * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan

@@ -582,6 +582,11 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
     return al ? al->name : "none";
 }
 
+const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm)
+{
+    return comm && comm->topo ? &comm->topo->fabric : NULL;
+}
+
 double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes)
 {
     if (!comm || (unsigned)coll >= STRATA_COLL_COUNT)
