@@ -132,6 +132,13 @@ typedef struct strata_param_hooks {
  * acquired). */
 STRATA_API void strata_model_set_hooks(strata_gpt_t *m, const strata_param_hooks_t *hooks);
 
+/* A progress callback the model calls between its matrix products (forward and backward), so that
+ * a communication engine without a progress thread (e.g. strata_zero_progress) can advance its
+ * non-blocking collectives while the model computes. NULL removes it. It must not fail the pass: an
+ * engine's error surfaces at its next hook. */
+typedef void (*strata_model_progress_fn)(void *ctx);
+STRATA_API void strata_model_set_progress(strata_gpt_t *m, strata_model_progress_fn fn, void *ctx);
+
 /* Forward pass on B x T tokens (row-major, values < vocab). With targets (B x T, may be NULL) also
  * the mean cross-entropy over the B*T positions into *loss (may be NULL). B <= max_batch,
  * T <= max_seq. Errors: STRATA_ERR_INVALID_ARG (shape, token out of range), hook errors. */

@@ -14,6 +14,7 @@
 #define STRATA_TRAIN_H
 
 #include "strata/model.h"
+#include "strata/parallel.h"
 #include "strata/status.h"
 
 #include <stdbool.h>
@@ -92,6 +93,38 @@ STRATA_API const float *strata_ckpt_find(const strata_ckpt_t *ck, const char *na
 STRATA_API strata_status_t strata_ckpt_load(const strata_ckpt_t *ck, const strata_ckpt_tensor_t *t,
                                             int n);
 
+/* The tensors of an open checkpoint: count, and the i-th name (NULL when out of range). */
+STRATA_API int strata_ckpt_ntensors(const strata_ckpt_t *ck);
+STRATA_API const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i);
+
+/* ---- sharded checkpoints (ZeRO) ------------------------------------------------------------------
+ * Under data parallelism every rank writes its own file dir/ckpt_<step>.rank<r>.safetensors holding,
+ * for every parameter-arena range [off, off + n) it owns, the 1-D tensors "params@<off>",
+ * "optim.m@<off>" and "optim.v@<off>" of n floats (metadata: rank, nranks, step, config). The ranks'
+ * ranges partition the arena. A step is complete only when every one of its nranks files is valid and
+ * their ranges cover the arena exactly once; resume and sample assemble the whole arena from them, so
+ * a run may resume on a different rank count or ZeRO stage (resharding is a re-cut of the assembled
+ * arena). An unsharded file (the single-process trainer's) assembles the same way. */
+
+typedef struct strata_ckpt_full {
+    strata_ckpt_meta_t meta; /* rank 0's file (nranks = number of files) */
+    size_t nparams;
+    float *params;           /* arena-indexed, nparams floats each; malloc'd */
+    float *m, *v;            /* optimizer state, arena-indexed; NULL unless asked for */
+} strata_ckpt_full_t;
+
+/* Assembles step `step` of dir for model m (its tensor table and arena size): the unsharded file
+ * when present, else every rank's shard file, each validated (crc32) and checked (same step and
+ * nranks, ranges inside the arena, no overlap, no gap). Errors: STRATA_ERR_IO for a missing file,
+ * STRATA_ERR_PARSE for a corrupt/partial/inconsistent one; the message names the file. */
+STRATA_API strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
+                                                bool with_state, strata_ckpt_full_t *out);
+STRATA_API void strata_ckpt_full_free(strata_ckpt_full_t *f);
+
+/* Steps that have an unsharded file or a rank-0 shard file in dir, newest first, no duplicates
+ * (at most max). Returns the count. */
+STRATA_API int strata_ckpt_steps(const char *dir, int64_t *steps, int max);
+
 /* The path of checkpoint `step` of `rank` in dir: dir/ckpt_<step 8 digits>.safetensors for rank 0 of
  * an unsharded run, dir/ckpt_<step>.rank<r>.safetensors otherwise. */
 STRATA_API void strata_ckpt_path(const char *dir, int64_t step, int rank, int nranks, char *out,
@@ -124,6 +157,14 @@ typedef struct strata_train_config {
     int64_t eval_every;    /* steps between validation losses (0 = never) */
     int eval_batches;
     bool progress;         /* progress bar on stderr */
+    /* data parallel (used when strata train runs under a launcher with more than one rank) */
+    int zero;              /* ZeRO stage 0..3 (0) */
+    char hpz[32];          /* hpZ: secondary partition inside this fabric level ("host", "rack",
+                              or a level number); "" = none */
+    int tiers;             /* 3 = the 3-level scheme over the fabric's fastest splitting levels;
+                              0 = flat (or hpz) */
+    bool qwz, qgz;         /* int8 weight all-gathers / gradient reduce-scatters (off) */
+    int64_t bucket;        /* floats per gradient bucket (0 = engine default) */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -150,6 +191,20 @@ STRATA_API void strata_trainer_destroy(strata_trainer_t *t);
 STRATA_API strata_gpt_t *strata_trainer_model(strata_trainer_t *t);
 /* Steps done so far (the next step to run is this + 1). */
 STRATA_API int64_t strata_trainer_step_count(const strata_trainer_t *t);
+
+/* Distributes the trainer over the ranks of `comm` (data parallel) with a ZeRO engine configured by
+ * zc (stage, tiers, quantisation, bucket, prefetch; nparams and segments are filled in from the
+ * model). Collective; call once, before resume and run. Afterwards a step runs this rank's rows
+ * [r*B/N, (r+1)*B/N) of the global batch through the engine's hooks (the model calls
+ * strata_zero_progress between its GEMMs), then step_begin -> global-norm clipping -> AdamW/LAMB on
+ * this rank's shards with the LR schedule -> step_end; the logged loss is the mean over the ranks.
+ * Only rank 0 prints progress and writes metrics; the trace goes to one file per rank
+ * (<trace without .json>.r<rank>.json); checkpoints are sharded (one file per rank, see above) and
+ * resume assembles the newest step complete on every rank, on any rank count or stage. The trainer
+ * borrows comm (destroy the trainer first). Errors: STRATA_ERR_INVALID_ARG when the global batch is
+ * not a multiple of the rank count; engine errors. */
+STRATA_API strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *comm,
+                                                     const strata_zero_config_t *zc);
 
 /* Step phase 1: loads this step's batch rows [row_begin, row_begin + rows) (the whole global batch
  * with 0, cfg.batch), forward with loss, backward. */

@@ -44,7 +44,16 @@ struct strata_gpt {
     bool have_targets, logits_valid;
     strata_param_hooks_t hooks;
     bool has_hooks;
+    strata_model_progress_fn progress;
+    void *progress_ctx;
 };
+
+/* Lets a communication engine advance between matrix products (strata_model_set_progress). */
+#define PROGRESS(m)                                                                                \
+    do {                                                                                           \
+        if ((m)->progress)                                                                         \
+            (m)->progress((m)->progress_ctx);                                                      \
+    } while (0)
 
 /* ---- layout ------------------------------------------------------------------------------------ */
 
@@ -345,6 +354,12 @@ void strata_model_set_hooks(strata_gpt_t *m, const strata_param_hooks_t *hooks)
     else
         memset(&m->hooks, 0, sizeof m->hooks);
 }
+void strata_model_set_progress(strata_gpt_t *m, strata_model_progress_fn fn, void *ctx)
+{
+    m->progress = fn;
+    m->progress_ctx = fn ? ctx : NULL;
+}
+
 const float *strata_model_logits(const strata_gpt_t *m)
 {
     return m->logits;
@@ -408,14 +423,19 @@ static void block_forward(strata_gpt_t *m, int l, const float *p, const float *x
     st_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o->ln1w, p + o->ln1b, N, C,
                          c->ln_eps);
     st_matmul_forward(a->qkv, a->ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * C);
+    PROGRESS(m);
     st_attention_forward(a->atty, a->att, a->qkv, B, T, C, c->n_head);
+    PROGRESS(m);
     st_matmul_forward(a->res1, a->atty, p + o->projw, p + o->projb, N, C, C);
+    PROGRESS(m);
     st_add_inplace(a->res1, x, NC);
     st_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p + o->ln2w, p + o->ln2b, N,
                          C, c->ln_eps);
     st_matmul_forward(a->fch, a->ln2, p + o->fcw, p + o->fcb, N, C, F);
+    PROGRESS(m);
     st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * F);
     st_matmul_forward(a->res2, a->fch_gelu, p + o->fc2w, p + o->fc2b, N, F, C);
+    PROGRESS(m);
     st_add_inplace(a->res2, a->res1, NC);
 }
 
@@ -470,6 +490,7 @@ strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens, con
              st_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->lnfw, p + m->lnfb,
                                   N, C, c->ln_eps));
     WITH_SEG(m, 0, false, p, st_matmul_forward(m->logits, m->lnf, p + m->wte, NULL, N, C, V));
+    PROGRESS(m);
     m->logits_valid = true;
     if (targets) {
         float l = st_xent_forward(m->lse, m->logits, m->targets, N, V);
@@ -493,16 +514,21 @@ static void block_backward(strata_gpt_t *m, int l, const float *p, const float *
     // dres holds d(res2); it flows unchanged into d(res1) through the residual.
     st_matmul_backward(m->dfch, g + o->fc2w, g + o->fc2b, m->dres, a->fch_gelu, p + o->fc2w, N, F,
                        C, 0.f);
+    PROGRESS(m);
     st_gelu_backward(m->dfch, a->fch, m->dfch, (size_t)N * F);
     st_matmul_backward(m->dbuf, g + o->fcw, g + o->fcb, m->dfch, a->ln2, p + o->fcw, N, C, F, 0.f);
+    PROGRESS(m);
     st_layernorm_backward(m->dres, g + o->ln2w, g + o->ln2b, m->dbuf, a->res1, p + o->ln2w,
                           a->ln2_mean, a->ln2_rstd, N, C);
     // dres now holds d(res1); it flows unchanged into d(x).
     st_matmul_backward(m->dbuf, g + o->projw, g + o->projb, m->dres, a->atty, p + o->projw, N, C,
                        C, 0.f);
+    PROGRESS(m);
     st_attention_backward(m->dqkv, m->dscratch, m->dbuf, a->qkv, a->att, B, T, C, c->n_head);
+    PROGRESS(m);
     st_matmul_backward(m->dbuf, g + o->qkvw, g + o->qkvb, m->dqkv, a->ln1, p + o->qkvw, N, C,
                        3 * C, 0.f);
+    PROGRESS(m);
     st_layernorm_backward(m->dres, g + o->ln1w, g + o->ln1b, m->dbuf, x, p + o->ln1w, a->ln1_mean,
                           a->ln1_rstd, N, C);
 }
@@ -524,6 +550,7 @@ strata_status_t strata_model_backward(strata_gpt_t *m)
     WITH_SEG(m, 0, true, p,
              st_matmul_backward(m->dbuf, m->grads + m->wte, NULL, m->logits, m->lnf, p + m->wte,
                                 N, C, V, 0.f));
+    PROGRESS(m);
     memset(m->dres, 0, (size_t)N * C * sizeof(float));
     const float *xl = L > 0 ? m->ba[L - 1].res2 : m->encoded;
     float *gl = m->grads + m->seg_off[L + 1];

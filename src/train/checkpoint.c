@@ -475,3 +475,163 @@ int strata_ckpt_list(const char *dir, int rank, int nranks, int64_t *steps, int 
         steps[i] = found[i];
     return n < max ? n : max;
 }
+
+/* ---- sharded checkpoints ------------------------------------------------------------------------- */
+
+int strata_ckpt_ntensors(const strata_ckpt_t *ck)
+{
+    return ck ? ck->n : 0;
+}
+
+const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i)
+{
+    return ck && i >= 0 && i < ck->n ? ck->e[i].name : NULL;
+}
+
+int strata_ckpt_steps(const char *dir, int64_t *steps, int max)
+{
+    int64_t a[4096], b[4096];
+    int na = strata_ckpt_list(dir, 0, 1, a, 4096), nb = strata_ckpt_list(dir, 0, 2, b, 4096);
+    int i = 0, j = 0, n = 0;
+    while ((i < na || j < nb) && n < max) { // merge two descending lists, dropping duplicates
+        int64_t x = i < na && (j >= nb || a[i] >= b[j]) ? a[i] : b[j];
+        if (i < na && a[i] == x)
+            i++;
+        if (j < nb && b[j] == x)
+            j++;
+        steps[n++] = x;
+    }
+    return n;
+}
+
+void strata_ckpt_full_free(strata_ckpt_full_t *f)
+{
+    if (!f)
+        return;
+    free(f->params);
+    free(f->m);
+    free(f->v);
+    f->params = f->m = f->v = NULL;
+}
+
+static strata_status_t assemble_unsharded(const strata_gpt_t *m, strata_ckpt_t *ck, bool with_state,
+                                          strata_ckpt_full_t *out)
+{
+    int nt = strata_model_ntensors(m);
+    for (int i = 0; i < nt; i++) {
+        const strata_tensor_info_t *ti = strata_model_tensor(m, i);
+        strata_ckpt_tensor_t ct = {ti->name, ti->ndim, {ti->shape[0], ti->shape[1]},
+                                   out->params + ti->offset};
+        ST_TRY(strata_ckpt_load(ck, &ct, 1));
+    }
+    if (with_state) {
+        strata_ckpt_tensor_t st[2] = {{"optim.m", 1, {(int64_t)out->nparams}, out->m},
+                                      {"optim.v", 1, {(int64_t)out->nparams}, out->v}};
+        ST_TRY(strata_ckpt_load(ck, st, 2));
+    }
+    return STRATA_OK;
+}
+
+/* Copies one shard file's ranges into the arena-indexed arrays, marking coverage. */
+static strata_status_t assemble_shard(strata_ckpt_t *ck, bool with_state, strata_ckpt_full_t *out,
+                                      unsigned char *seen)
+{
+    size_t P = out->nparams;
+    for (int i = 0; i < ck->n; i++) {
+        const char *name = ck->e[i].name;
+        unsigned long long off;
+        int used = 0;
+        if (sscanf(name, "params@%llu%n", &off, &used) != 1 || name[used])
+            continue;
+        size_t cnt = (ck->e[i].end - ck->e[i].begin) / 4;
+        if (ck->e[i].ndim != 1 || off > P || cnt > P - off)
+            return st_error(STRATA_ERR_PARSE, "checkpoint %s: range '%s' of %zu floats outside "
+                            "the model's %zu parameters", ck->path, name, cnt, P);
+        for (size_t k = off; k < off + cnt; k++) {
+            if (seen[k])
+                return st_error(STRATA_ERR_PARSE, "checkpoint %s: range '%s' overlaps another "
+                                "shard", ck->path, name);
+            seen[k] = 1;
+        }
+        memcpy(out->params + off, ck->data + ck->e[i].begin / 4, cnt * sizeof(float));
+        if (with_state) {
+            char nm[64];
+            float *dst[2] = {out->m, out->v};
+            const char *pre[2] = {"optim.m", "optim.v"};
+            for (int k = 0; k < 2; k++) {
+                snprintf(nm, sizeof nm, "%s@%llu", pre[k], off);
+                strata_ckpt_tensor_t ct = {nm, 1, {(int64_t)cnt}, dst[k] + off};
+                ST_TRY(strata_ckpt_load(ck, &ct, 1));
+            }
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
+                                     bool with_state, strata_ckpt_full_t *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t P = strata_model_nparams(m);
+    out->nparams = P;
+    out->params = malloc(P * sizeof(float));
+    if (with_state) {
+        out->m = malloc(P * sizeof(float));
+        out->v = malloc(P * sizeof(float));
+    }
+    unsigned char *seen = calloc(P, 1);
+    strata_status_t rc = STRATA_OK;
+    strata_ckpt_t *ck = NULL;
+    char path[2048];
+    if (!out->params || !seen || (with_state && (!out->m || !out->v))) {
+        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory assembling step %" PRId64,
+                      step);
+        goto out;
+    }
+    strata_ckpt_path(dir, step, 0, 1, path, sizeof path);
+    if (access(path, F_OK) == 0) {
+        ST_TRY_GOTO(strata_ckpt_open(path, &ck), rc, out);
+        out->meta = ck->meta;
+        ST_TRY_GOTO(assemble_unsharded(m, ck, with_state, out), rc, out);
+        goto out;
+    }
+    int nranks = 0;
+    for (int r = 0; r == 0 || r < nranks; r++) {
+        strata_ckpt_path(dir, step, r, 2, path, sizeof path);
+        if (access(path, F_OK) != 0) {
+            rc = st_error(STRATA_ERR_IO, "checkpoint step %" PRId64 " in %s is incomplete: %s is "
+                          "missing", step, dir, path);
+            goto out;
+        }
+        ST_TRY_GOTO(strata_ckpt_open(path, &ck), rc, out);
+        if (r == 0) {
+            out->meta = ck->meta;
+            nranks = ck->meta.nranks;
+            if (nranks < 1) {
+                rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: nranks %d", path, nranks);
+                goto out;
+            }
+        } else if (ck->meta.nranks != nranks || ck->meta.step != step || ck->meta.rank != r) {
+            rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: metadata (rank %d of %d, step %" PRId64
+                          ") does not match rank 0's (%d ranks, step %" PRId64 ")", path,
+                          ck->meta.rank, ck->meta.nranks, ck->meta.step, nranks, step);
+            goto out;
+        }
+        ST_TRY_GOTO(assemble_shard(ck, with_state, out, seen), rc, out);
+        strata_ckpt_close(ck);
+        ck = NULL;
+    }
+    for (size_t k = 0; k < P; k++)
+        if (!seen[k]) {
+            rc = st_error(STRATA_ERR_PARSE, "checkpoint step %" PRId64 " in %s: the %d shard "
+                          "files leave parameter %zu uncovered (written by a different model?)",
+                          step, dir, nranks, k);
+            goto out;
+        }
+out:
+    strata_ckpt_close(ck);
+    free(seen);
+    if (rc < 0)
+        strata_ckpt_full_free(out);
+    return rc;
+}

@@ -41,7 +41,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
-        "eval_batches", NULL};
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -91,6 +91,9 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("trace_step", 1, 1 << 30, c->trace_step);
     GET_I64("eval_every", 0, 1 << 30, c->eval_every);
     GET_I64("eval_batches", 1, 1 << 20, c->eval_batches);
+    GET_I64("zero", 0, 3, c->zero);
+    GET_I64("tiers", 0, 3, c->tiers);
+    GET_I64("bucket", 0, 1 << 30, c->bucket);
 #undef GET_I64
 #undef GET_F
     ST_TRY_GOTO(st_json_get_string(&doc, r, "ckpt_dir", 0, false, c->ckpt_dir, sizeof c->ckpt_dir),
@@ -98,6 +101,9 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_string(&doc, r, "metrics", 0, false, c->metrics, sizeof c->metrics),
                 rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "trace", 0, false, c->trace, sizeof c->trace), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "hpz", 0, false, c->hpz, sizeof c->hpz), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "qwz", 0, false, &c->qwz), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "qgz", 0, false, &c->qgz), rc, out);
     s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "optimizer", 0, false, s, sizeof s), rc, out);
     if (!strcmp(s, "adamw"))
@@ -123,11 +129,13 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      "{\"model\":%s,\"batch\":%d,\"seq\":%d,\"steps\":%" PRId64 ",\"seed\":%" PRIu64
                      ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
                      ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
-                     "\"grad_clip\":%.9g,\"val_fraction\":%.9g}",
+                     "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":\"%s\","
+                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
                      (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
-                     (double)c->grad_clip, c->val_fraction);
+                     (double)c->grad_clip, c->val_fraction, c->zero, c->hpz, c->tiers,
+                     c->qwz ? "true" : "false", c->qgz ? "true" : "false");
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }

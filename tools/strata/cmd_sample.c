@@ -1,9 +1,12 @@
-/* strata sample: prints text generated from a checkpoint written by strata train. */
+/* strata sample: prints text generated from a checkpoint written by strata train: one file, one
+ * rank's shard file of a sharded (ZeRO) checkpoint (the step is assembled from every rank's file),
+ * or a checkpoint directory (its newest complete step). */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -49,6 +52,30 @@ int cmd_sample(int argc, char **argv)
                         "[--temperature X] [--seed N]\n");
         return 2;
     }
+    // A directory or a shard file: assemble a step from every rank's file.
+    char dir[1024] = "", first[2048];
+    int64_t steps[256];
+    int nsteps = 0;
+    struct stat st;
+    const char *base = strrchr(ckpt, '/');
+    long long sstep;
+    int srank, used = 0;
+    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", ckpt);
+        nsteps = strata_ckpt_steps(dir, steps, 256);
+        if (nsteps == 0)
+            return cmd_fail(NULL, "no checkpoint in %s", dir);
+    } else if (sscanf(base ? base + 1 : ckpt, "ckpt_%lld.rank%d.safetensors%n", &sstep, &srank,
+                      &used) == 2 && !(base ? base + 1 : ckpt)[used]) {
+        snprintf(dir, sizeof dir, "%.*s", base ? (int)(base - ckpt) : 1, base ? ckpt : ".");
+        steps[nsteps++] = sstep;
+    }
+    if (dir[0]) { // the config from the step's first file
+        strata_ckpt_path(dir, steps[0], 0, 1, first, sizeof first);
+        if (stat(first, &st) != 0)
+            strata_ckpt_path(dir, steps[0], 0, 2, first, sizeof first);
+        ckpt = first;
+    }
     strata_ckpt_t *ck;
     if (strata_ckpt_open(ckpt, &ck) < 0)
         return cmd_fail(NULL, "%s", strata_last_error());
@@ -68,7 +95,25 @@ int cmd_sample(int argc, char **argv)
         return cmd_fail(NULL, "%s", strata_last_error());
     }
     float *P = strata_model_param_arena(m);
-    for (int i = 0; i < strata_model_ntensors(m); i++) {
+    if (dir[0]) {
+        strata_ckpt_close(ck);
+        ck = NULL;
+        strata_ckpt_full_t full;
+        int i = 0;
+        for (; i < nsteps; i++) {
+            if (strata_ckpt_assemble(m, dir, steps[i], false, &full) == STRATA_OK)
+                break;
+            fprintf(stderr, "strata: warning: %s%s\n", strata_last_error(),
+                    i + 1 < nsteps ? "; trying the previous step" : "");
+        }
+        if (i == nsteps) {
+            strata_model_destroy(m);
+            return cmd_fail(NULL, "no complete checkpoint in %s", dir);
+        }
+        memcpy(P, full.params, full.nparams * sizeof(float));
+        strata_ckpt_full_free(&full);
+    }
+    for (int i = 0; ck && i < strata_model_ntensors(m); i++) {
         const strata_tensor_info_t *t = strata_model_tensor(m, i);
         strata_ckpt_tensor_t ct = {t->name, t->ndim, {t->shape[0], t->shape[1]}, P + t->offset};
         if (strata_ckpt_load(ck, &ct, 1) < 0) {
