@@ -91,6 +91,8 @@ void strata_trainer_destroy(strata_trainer_t *t)
 {
     if (!t)
         return;
+    if (t->zero) // stages 1-2 leave the last step's all-gathers in flight; after an error: fails fast
+        (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
     free(t->segs);
     free(t->ranges);
@@ -640,5 +642,7 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
             prune(t);
         }
     }
+    if (t->zero) // the last step's parameter all-gathers: the arena is consistent on return
+        ST_TRY(strata_zero_sync(t->zero));
     return STRATA_OK;
 }
