@@ -18,6 +18,6 @@ for stage in 2 3; do
     "$build/strata" launch -n 2 --no-prefix -- "$build/strata" train "${model[@]}" --zero "$stage" \
         --trace "$out/z$stage.json" "$@" 2>/dev/null
     printf "ZeRO-%s, 2 ranks: " "$stage"
-    python3 bench/zero_trace_overlap.py "$out/z$stage".r*.json | tail -1
+    echo; python3 bench/zero_trace_overlap.py "$out/z$stage".r*.json | sed "s|^$out/|  |"
 done
 echo "traces in $out (open in https://ui.perfetto.dev)"
