@@ -2,7 +2,7 @@
 # Installs the Debian packages strata needs to build and test, when any is missing.
 # Usage: scripts/deps.sh [extra-package ...]   (bench/compare.sh adds the MPI and torch peers)
 set -euo pipefail
-pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev "$@")
+pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

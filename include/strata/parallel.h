@@ -141,6 +141,13 @@ typedef struct strata_zero_shard {
 /* Elements of optimizer state per rank: nparams at stage 0, about nparams / N otherwise. */
 STRATA_API size_t strata_zero_state_count(const strata_zero_t *z);
 
+/* The ranges this rank updates (as step_begin hands them out; `grads` is NULL), without waiting for
+ * anything: for checkpoints and for loading optimizer state. `params` points to the engine's
+ * parameter shard at stage 3 (writable: a restored shard goes there), into the model's arena
+ * otherwise. Fills at most max entries of out; returns the number of ranges (stage 0: one, the
+ * whole arena). */
+STRATA_API int strata_zero_ranges(strata_zero_t *z, strata_zero_shard_t *out, int max);
+
 /* After the backward: waits for every gradient reduction and fills *shards (engine-owned, valid until
  * step_end) and *nshards. Every segment must have had its grad_ready. */
 STRATA_API strata_status_t strata_zero_step_begin(strata_zero_t *z, const strata_zero_shard_t **shards,

@@ -905,6 +905,31 @@ size_t strata_zero_state_count(const strata_zero_t *z)
     return z ? z->shard_count : 0;
 }
 
+int strata_zero_ranges(strata_zero_t *z, strata_zero_shard_t *out, int max)
+{
+    if (!z)
+        return 0;
+    int k = 0;
+    if (z->stage == 0) {
+        if (max > 0)
+            out[0] = (strata_zero_shard_t){0, z->P, 0, z->params, NULL};
+        return 1;
+    }
+    for (int s = 0; s < z->S; s++) {
+        zseg_t *sg = &z->seg[s];
+        size_t off = sg->off + sg->po[z->idx], cnt = sg->po[z->idx + 1] - sg->po[z->idx];
+        if (cnt == 0)
+            continue;
+        if (k < max)
+            out[k] = (strata_zero_shard_t){off, cnt, sg->shard_off,
+                                           z->stage == 3 ? z->pshard + sg->shard_off
+                                                         : z->params + off,
+                                           NULL};
+        k++;
+    }
+    return k;
+}
+
 strata_status_t strata_zero_step_begin(strata_zero_t *z, const strata_zero_shard_t **shards,
                                        int *nshards)
 {

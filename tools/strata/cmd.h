@@ -21,6 +21,8 @@ int cmd_place(int argc, char **argv);
 int cmd_sched(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
 
 /* Shared by `strata place` and `strata sched` (defined in cmd_place.c): loads a preset or cluster
  * file, or a Slurm topology.conf with optional level speeds, then a host-state file. Returns 0 or a

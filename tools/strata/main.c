@@ -18,6 +18,8 @@ static const strata_cmd_t commands[] = {
     {"plan", "predict a training step and search the best parallel configuration", cmd_plan},
     {"place", "place one job's ranks on a cluster by its topology (Slurm/mpirun files)", cmd_place},
     {"sched", "simulate many jobs and failures on a cluster under placement policies", cmd_sched},
+    {"train", "train a GPT on a text file on this CPU (progress, metrics, checkpoints)", cmd_train},
+    {"sample", "print text generated from a training checkpoint", cmd_sample},
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };

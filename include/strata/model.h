@@ -1,0 +1,226 @@
+/* The GPT model: a decoder-only transformer trained on the CPU, forward and backward in C with every
+ * matrix product through BLAS (sgemm), and the optimizers that update it.
+ *
+ * Architecture (GPT-2): byte tokens (vocab 256 by default) -> token + learned position embedding ->
+ * L pre-norm blocks [x += proj(attn(LN1(x))); x += fc2(gelu(fc1(LN2(x))))] -> final LayerNorm ->
+ * logits through the tied token embedding -> mean cross-entropy. Linear weights use PyTorch's
+ * nn.Linear layout (out_features x in_features), so a checkpoint loads into the peer model in
+ * bench/torch_gpt.py by name.
+ *
+ * Memory: three families of arenas, each ONE contiguous float array (llm.c): parameters, gradients
+ * (same layout), activations (sized at create for max_batch x max_seq). Optimizer state (m, v) is
+ * owned by whoever runs the optimizer, for any flat range of the parameter arena, so a ZeRO shard is
+ * an (offset, count).
+ *
+ * Segments (the contract with the ZeRO engine): the parameter arena is cut, in forward order, into
+ * S = L + 2 segments: 0 = embeddings (wte, wpe), 1..L = block 1..L, S-1 = final norm. A tensor never
+ * straddles two segments.
+ *
+ * The planner (plan.h) already owns the names strata_model_t / strata_model_load / strata_model_params
+ * for its model *description*; the trainable model object here is therefore strata_gpt_t, while its
+ * functions keep the part prefix strata_model_.
+ *
+ * Thread-safety: a model is used by one thread at a time. BLAS may use its own threads
+ * (strata_blas_set_threads). Errors: every fallible call returns a status with a message in
+ * strata_last_error().
+ */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include "strata/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- configuration ----------------------------------------------------------------------------- */
+
+typedef struct strata_gpt_config {
+    int vocab;      /* token count; 256 for byte-level text */
+    int max_seq;    /* T max: rows of the position table */
+    int n_layer;    /* L */
+    int n_head;     /* NH; d_model % n_head == 0 */
+    int d_model;    /* C */
+    int d_ff;       /* MLP width; 0 means 4 * d_model */
+    float ln_eps;   /* LayerNorm epsilon (1e-5) */
+    float init_std; /* normal init std (0.02); residual projections get std / sqrt(2 L) */
+} strata_gpt_config_t;
+
+/* A tiny default: vocab 256, T 64, L 2, NH 4, C 64. */
+STRATA_API strata_gpt_config_t strata_gpt_config_default(void);
+
+/* Fills d_ff when 0 and checks every field (names the bad one). Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status_t strata_gpt_config_validate(strata_gpt_config_t *cfg);
+
+/* Writes the config as one JSON object ({"vocab":256,...}) into buf. Returns the length or -1 when
+ * buf is too small. */
+STRATA_API int strata_gpt_config_to_json(const strata_gpt_config_t *cfg, char *buf, size_t size);
+
+/* Parses a JSON object text as written above (unknown keys refused; missing keys keep the value
+ * already in *cfg). `origin` names the text in messages. Errors: STRATA_ERR_PARSE with origin:line. */
+STRATA_API strata_status_t strata_gpt_config_from_json(const char *text, const char *origin,
+                                                       strata_gpt_config_t *cfg);
+
+/* Parameter count of a configuration (after validate). */
+STRATA_API size_t strata_gpt_config_nparams(const strata_gpt_config_t *cfg);
+
+/* ---- the model ---------------------------------------------------------------------------------- */
+
+typedef struct strata_gpt strata_gpt_t;
+
+/* One parameter tensor in the arena. Names follow PyTorch's state_dict of bench/torch_gpt.py:
+ * "wte", "wpe", "h.3.ln1.weight", "h.3.attn.qkv.weight", ..., "lnf.bias". */
+typedef struct strata_tensor_info {
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+    size_t offset; /* in floats, from the arena start */
+    size_t count;
+    int segment;
+    bool decay; /* weight decay applies (2-D matrices); not on norms, biases */
+} strata_tensor_info_t;
+
+/* Allocates parameters (initialised with `seed`, GPT-2 scheme), gradients and activations for
+ * batches of at most max_batch rows of at most cfg->max_seq tokens. *out is NULL on failure.
+ * Errors: STRATA_ERR_INVALID_ARG (config), STRATA_ERR_NO_MEMORY. */
+STRATA_API strata_status_t strata_model_create(const strata_gpt_config_t *cfg, int max_batch,
+                                               uint64_t seed, strata_gpt_t **out);
+/* Frees everything; NULL is a no-op. */
+STRATA_API void strata_model_destroy(strata_gpt_t *m);
+
+STRATA_API const strata_gpt_config_t *strata_model_config(const strata_gpt_t *m);
+
+/* Re-initialises the parameters deterministically from seed (same as create). */
+STRATA_API void strata_model_init_params(strata_gpt_t *m, uint64_t seed);
+
+/* The arenas: P = strata_model_nparams floats each. The model owns them. */
+STRATA_API size_t strata_model_nparams(const strata_gpt_t *m);
+STRATA_API float *strata_model_param_arena(strata_gpt_t *m);
+STRATA_API float *strata_model_grad_arena(strata_gpt_t *m);
+
+/* Segments in forward order (see the file comment). */
+STRATA_API int strata_model_nsegments(const strata_gpt_t *m);
+STRATA_API void strata_model_segment(const strata_gpt_t *m, int seg, size_t *offset, size_t *count);
+
+/* The tensor table, in arena order; NULL when i is out of range. */
+STRATA_API int strata_model_ntensors(const strata_gpt_t *m);
+STRATA_API const strata_tensor_info_t *strata_model_tensor(const strata_gpt_t *m, int i);
+/* Index of a tensor by name, or -1. */
+STRATA_API int strata_model_find_tensor(const strata_gpt_t *m, const char *name);
+
+/* Parameter hooks, for sharded parameters (ZeRO-3) and gradient overlap (ZeRO-2). */
+typedef struct strata_param_hooks {
+    void *ctx;
+    /* Before the model reads segment `seg`'s parameters. Returns in *params the full parameters of
+     * the segment (count floats, same layout as the arena slice) to read until release. Forward
+     * acquires 0, 1, ..., S-1 and then 0 again for the tied head (backward = false); backward
+     * acquires 0 (head), S-1, S-2, ..., 1, 0 (backward = true). Every acquire is paired with a
+     * release. */
+    strata_status_t (*acquire)(void *ctx, int seg, bool backward, const float **params);
+    strata_status_t (*release)(void *ctx, int seg, bool backward);
+    /* Called exactly once per backward pass per segment, as soon as that segment's gradients in
+     * the gradient arena are final (segment 0 last, because of the tied head). */
+    strata_status_t (*grad_ready)(void *ctx, int seg);
+} strata_param_hooks_t;
+
+/* Installs hooks (copied); NULL removes them, and the model reads its own arena. Any member may be
+ * NULL. A hook's error aborts the pass and is returned unchanged (after releasing what was
+ * acquired). */
+STRATA_API void strata_model_set_hooks(strata_gpt_t *m, const strata_param_hooks_t *hooks);
+
+/* A progress callback the model calls between its matrix products (forward and backward), so that
+ * a communication engine without a progress thread (e.g. strata_zero_progress) can advance its
+ * non-blocking collectives while the model computes. NULL removes it. It must not fail the pass: an
+ * engine's error surfaces at its next hook. */
+typedef void (*strata_model_progress_fn)(void *ctx);
+STRATA_API void strata_model_set_progress(strata_gpt_t *m, strata_model_progress_fn fn, void *ctx);
+
+/* Forward pass on B x T tokens (row-major, values < vocab). With targets (B x T, may be NULL) also
+ * the mean cross-entropy over the B*T positions into *loss (may be NULL). B <= max_batch,
+ * T <= max_seq. Errors: STRATA_ERR_INVALID_ARG (shape, token out of range), hook errors. */
+STRATA_API strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens,
+                                                const int32_t *targets, int B, int T, float *loss);
+
+/* Logits (B x T x vocab) of the last forward; valid until the next forward or backward. */
+STRATA_API const float *strata_model_logits(const strata_gpt_t *m);
+
+/* Backward pass of the last forward (which must have had targets): OVERWRITES the gradient arena
+ * with d(mean loss)/d(params). Under data parallelism with N equal row shards, averaging the
+ * ranks' gradients (and losses) gives exactly the one-process mean. Errors: STRATA_ERR_INVALID_ARG
+ * (no forward with targets), hook errors. */
+STRATA_API strata_status_t strata_model_backward(strata_gpt_t *m);
+
+/* Training FLOPs per token (forward + backward) at sequence length T: 6 * matmul params plus the
+ * attention products, counted as the dense (non-causal-skipping) work strata does. */
+STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
+
+/* ---- BLAS -------------------------------------------------------------------------------------- */
+
+/* Sets the BLAS thread count (OpenBLAS); n <= 0 leaves the library default. */
+STRATA_API void strata_blas_set_threads(int n);
+
+/* ---- optimizers --------------------------------------------------------------------------------
+ * Every update works on a flat range [offset, offset + count) of the parameter arena. `params` and
+ * `grads` point at element `offset` (so a shard-local buffer works), `m` and `v` hold `count`
+ * elements for that range only. Updates are elementwise (AdamW) or elementwise given the per-tensor
+ * norms (LAMB), so one range updated at once or in pieces gives bit-identical results. Weight decay
+ * is decided per tensor (strata_tensor_info_t.decay). `step` counts from 1 (bias correction).
+ * `grad_scale` multiplies every gradient first (clipping; 1 for none). */
+
+typedef enum strata_optim_kind { STRATA_OPTIM_ADAMW = 0, STRATA_OPTIM_LAMB = 1 } strata_optim_kind_t;
+
+typedef struct strata_optim_config {
+    strata_optim_kind_t kind;
+    float beta1, beta2, eps, weight_decay;
+} strata_optim_config_t;
+
+/* AdamW defaults as in PyTorch: 0.9, 0.999, 1e-8, weight decay 0.01. */
+STRATA_API strata_optim_config_t strata_optim_config_default(void);
+
+/* AdamW (decoupled weight decay, PyTorch's formula). Errors: STRATA_ERR_INVALID_ARG (range). */
+STRATA_API strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_config_t *oc,
+                                               float *params, const float *grads, float *mstate,
+                                               float *vstate, size_t offset, size_t count,
+                                               float lr, int64_t step, float grad_scale);
+
+/* LAMB, two phases so a sharded run can allreduce the per-tensor norms in between:
+ * 1. strata_lamb_partial updates m and v of the range and ADDS, for every tensor i that the range
+ *    touches, sum(p^2) into wsq[i] and sum(u^2) into usq[i], where u = m_hat / (sqrt(v_hat) + eps)
+ *    + wd * p (arrays of strata_model_ntensors doubles, zeroed by the caller before the first range);
+ * 2. (sharded: allreduce-sum wsq and usq over the ranks holding pieces of the arena)
+ * 3. strata_lamb_apply: p -= lr * trust_i * u, trust_i = sqrt(wsq[i]) / sqrt(usq[i]) (1 when either
+ *    is 0). Single process: call both on [0, P). */
+STRATA_API strata_status_t strata_lamb_partial(const strata_gpt_t *m, const strata_optim_config_t *oc,
+                                               const float *params, const float *grads,
+                                               float *mstate, float *vstate, size_t offset,
+                                               size_t count, int64_t step, float grad_scale,
+                                               double *wsq, double *usq);
+STRATA_API strata_status_t strata_lamb_apply(const strata_gpt_t *m, const strata_optim_config_t *oc,
+                                             float *params, const float *mstate,
+                                             const float *vstate, size_t offset, size_t count,
+                                             float lr, int64_t step, const double *wsq,
+                                             const double *usq);
+
+/* Sum of squares in double precision, summed in a fixed order (sharded runs add partial sums). */
+STRATA_API double strata_sumsq(const float *x, size_t n);
+
+/* Gradient clipping: the factor to multiply gradients by so that the global norm sqrt(sumsq) is at
+ * most max_norm (1 when max_norm <= 0 or already below). */
+STRATA_API float strata_clip_scale(double global_sumsq, float max_norm);
+
+/* Learning rate: linear warm-up from lr/warmup to lr over `warmup` steps, then cosine decay to
+ * min_lr at step `total`, min_lr after. Steps count from 1. */
+typedef struct strata_lr_schedule {
+    float lr, min_lr;
+    int64_t warmup, total;
+} strata_lr_schedule_t;
+STRATA_API float strata_lr_at(const strata_lr_schedule_t *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* Elementwise and row-wise layers of the GPT: embeddings, LayerNorm, linear layers (through sgemm),
+ * GELU (tanh approximation, as GPT-2 and PyTorch's gelu(approximate="tanh")) and the residual add.
+ * Attention is in attention.c, the loss in loss.c. Shapes are stated at each function in layers.h. */
+#include <math.h>
+#include <string.h>
+
+#include "model/layers.h"
+
+void st_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
+                        int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *e = wte + (size_t)tok[b * T + t] * C;
+            const float *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++)
+                o[i] = e[i] + p[i];
+        }
+}
+
+void st_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B,
+                         int T, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *de = dwte + (size_t)tok[b * T + t] * C;
+            float *dp = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                de[i] += d[i];
+                dp[i] += d[i];
+            }
+        }
+}
+
+void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C, float eps)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.f;
+        for (int i = 0; i < C; i++)
+            m += x[i];
+        m /= (float)C;
+        float v = 0.f;
+        for (int i = 0; i < C; i++) {
+            float d = x[i] - m;
+            v += d * d;
+        }
+        v /= (float)C;
+        float s = 1.f / sqrtf(v + eps);
+        for (int i = 0; i < C; i++)
+            o[i] = (x[i] - m) * s * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C;
+        const float *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        // Two reductions: mean of dnorm and mean of dnorm * norm.
+        float dn_mean = 0.f, dn_norm_mean = 0.f;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dn = w[i] * d[i];
+            dn_mean += dn;
+            dn_norm_mean += dn * norm;
+        }
+        dn_mean /= (float)C;
+        dn_norm_mean /= (float)C;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dn = w[i] * d[i];
+            db[i] += d[i];
+            dw[i] += norm * d[i];
+            dx[i] += (dn - dn_mean - norm * dn_norm_mean) * s;
+        }
+    }
+}
+
+void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                       int C, int OC)
+{
+    if (bias) {
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    }
+    st_sgemm(0, 1, N, OC, C, 1.f, inp, C, w, C, bias ? 1.f : 0.f, out, OC);
+}
+
+void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, int N, int C, int OC, float dinp_beta)
+{
+    st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, dinp_beta, dinp, C);
+    st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dw, C);
+    if (dbias) {
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+            for (int o = 0; o < OC; o++)
+                dbias[o] += d[o];
+        }
+    }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+/* exp(x) for x in [-87, 87] in plain arithmetic the compiler vectorises (libm's tanhf/expf calls do
+ * not vectorise without -ffast-math): x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial
+ * (relative error ~2e-7), 2^n put into the exponent bits. */
+static inline float exp_vec(float x)
+{
+    x = x < -87.f ? -87.f : (x > 87.f ? 87.f : x);
+    float n = (x * 1.44269504f + 12582912.f) - 12582912.f; // round to nearest
+    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+    float p = 1.f / 720;
+    p = p * r + 1.f / 120;
+    p = p * r + 1.f / 24;
+    p = p * r + 1.f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.f;
+    p = p * r + 1.f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1); |u| > 9 is +-1 in float anyway. */
+static inline float tanh_vec(float u)
+{
+    u = u < -9.f ? -9.f : (u > 9.f ? 9.f : u);
+    return 1.f - 2.f / (exp_vec(2.f * u) + 1.f);
+}
+
+void st_gelu_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.f + tanh_vec(u));
+    }
+}
+
+void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanh_vec(u);
+        float sech2 = 1.f - th * th;
+        float g = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+void st_add_inplace(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] += inp[i];
+}

@@ -1,0 +1,61 @@
+/* The model's kernels: one forward/backward pair per layer with the same argument order (llm.c),
+ * shapes in a comment at each. All arrays are row-major float32. Backward kernels ACCUMULATE (+=)
+ * into parameter gradients and, where stated, into input gradients; the driver (gpt.c) zeroes the
+ * gradient arena once per backward pass. Matrix products go through BLAS (blas.c); everything else is
+ * plain loops the compiler vectorises. Internal to the model part; the tests include it to check
+ * each layer's backward by finite differences. */
+#ifndef ST_MODEL_LAYERS_H
+#define ST_MODEL_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, with leading dimensions (a thin cblas call). */
+void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* out[B,T,C] = wte[tok[b,t]] + wpe[t]. */
+void st_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
+                        int T, int C);
+/* dwte[V,C] += scatter, dwpe[T,C] += sum over b. */
+void st_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B,
+                         int T, int C);
+
+/* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N]. */
+void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C, float eps);
+/* dinp[N,C] += ..., dw[C] += ..., db[C] += ... */
+void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,C] w[OC,C]^T + bias[OC] (bias may be NULL). */
+void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                       int C, int OC);
+/* dinp[N,C] = dinp_beta * dinp + dout w; dw[OC,C] += dout^T inp; dbias[OC] += colsum(dout)
+ * (dbias may be NULL). */
+void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, int N, int C, int OC, float dinp_beta);
+
+/* out[n] = gelu_tanh(inp[n]). */
+void st_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp[n] = gelu'(inp[n]) * dout[n] (written, not accumulated). */
+void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out[n] += inp[n]. */
+void st_add_inplace(float *out, const float *inp, size_t n);
+
+/* Causal multi-head attention on packed qkv[B,T,3C] (q | k | v, head h at columns h*hs..):
+ * att[B,NH,T,T] = softmax(q k^T / sqrt(hs)) with the upper triangle zero; out[B,T,C] = att v. */
+void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv[B,T,3C] is WRITTEN; scratch holds T*T floats. */
+void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH);
+
+/* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
+ * the mean loss (summed in double). */
+float st_xent_forward(float *lse, const float *logits, const int32_t *targets, int N, int V);
+/* dlogits[N,V] = (softmax(logits) - onehot(target)) * scale; may alias logits. */
+void st_xent_backward(float *dlogits, const float *logits, const float *lse,
+                      const int32_t *targets, int N, int V, float scale);
+
+#endif

@@ -1,0 +1,141 @@
+/* The training configuration: defaults, the JSON file form (unknown keys refused, errors at
+ * file:line) and the JSON text stored in checkpoints. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/json.h"
+#include "strata/train.h"
+
+strata_train_config_t strata_train_config_default(void)
+{
+    strata_train_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = strata_gpt_config_default();
+    c.val_fraction = 0.1;
+    c.batch = 8;
+    c.seq = 64;
+    c.steps = 100;
+    c.seed = 1;
+    c.optim = strata_optim_config_default();
+    c.optim.beta2 = 0.95f;
+    c.optim.weight_decay = 0.1f;
+    c.lr = 1e-3f;
+    c.min_lr = 1e-4f;
+    c.warmup = 10;
+    c.grad_clip = 1.0f;
+    c.ckpt_keep = 2;
+    c.trace_step = 2;
+    c.eval_batches = 4;
+    c.progress = true;
+    return c;
+}
+
+strata_status_t strata_train_config_load(const char *path, strata_train_config_t *c)
+{
+    st_json_doc_t doc = {0};
+    ST_TRY(st_json_load_file(path, &doc));
+    strata_status_t rc = STRATA_OK;
+    static const char *const known[] = {
+        "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
+        "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
+        "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", NULL};
+    json_object *r = doc.root, *model;
+    if (!json_object_is_type(r, json_type_object)) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
+        goto out;
+    }
+    ST_TRY_GOTO(st_json_check_keys(&doc, r, "training config", known), rc, out);
+    if (json_object_object_get_ex(r, "model", &model)) {
+        // Reuse the model reader, then translate its message's line to this file.
+        const char *txt = json_object_to_json_string(model);
+        if (strata_gpt_config_from_json(txt, path, &c->model) < 0) {
+            rc = st_error(STRATA_ERR_PARSE, "%s:%d: in \"model\": %s", path,
+                          st_json_key_line(&doc, "model", 0), strata_last_error());
+            goto out;
+        }
+    }
+    int i;
+    double d;
+    char s[64];
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "data", 0, false, c->data, sizeof c->data), rc, out);
+    ST_TRY_GOTO(st_json_get_double(&doc, r, "val_fraction", 0, false, 0, 0.5, &c->val_fraction),
+                rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, r, "batch", 0, false, 1, 1 << 20, &c->batch), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, r, "seq", 0, false, 1, 65536, &c->seq), rc, out);
+#define GET_I64(key, lo, hi, field)                                                                \
+    i = -1;                                                                                        \
+    ST_TRY_GOTO(st_json_get_int(&doc, r, key, 0, false, lo, hi, &i), rc, out);                     \
+    if (i >= 0)                                                                                    \
+    field = i
+#define GET_F(key, lo, hi, field)                                                                  \
+    d = -1;                                                                                        \
+    ST_TRY_GOTO(st_json_get_double(&doc, r, key, 0, false, lo, hi, &d), rc, out);                  \
+    if (d >= 0)                                                                                    \
+    field = (float)d
+    GET_I64("steps", 1, 1 << 30, c->steps);
+    GET_I64("seed", 0, 1 << 30, c->seed);
+    GET_F("lr", 0, 10, c->lr);
+    GET_F("min_lr", 0, 10, c->min_lr);
+    GET_I64("warmup", 0, 1 << 30, c->warmup);
+    GET_F("weight_decay", 0, 10, c->optim.weight_decay);
+    GET_F("beta1", 0, 0.999999, c->optim.beta1);
+    GET_F("beta2", 0, 0.999999, c->optim.beta2);
+    GET_F("eps", 1e-30, 1, c->optim.eps);
+    GET_F("grad_clip", 0, 1e9, c->grad_clip);
+    GET_I64("threads", 0, 1024, c->threads);
+    GET_I64("ckpt_every", 0, 1 << 30, c->ckpt_every);
+    GET_I64("ckpt_keep", 1, 1000, c->ckpt_keep);
+    GET_I64("trace_step", 1, 1 << 30, c->trace_step);
+    GET_I64("eval_every", 0, 1 << 30, c->eval_every);
+    GET_I64("eval_batches", 1, 1 << 20, c->eval_batches);
+    GET_I64("zero", 0, 3, c->zero);
+    GET_I64("tiers", 0, 3, c->tiers);
+    GET_I64("bucket", 0, 1 << 30, c->bucket);
+#undef GET_I64
+#undef GET_F
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "ckpt_dir", 0, false, c->ckpt_dir, sizeof c->ckpt_dir),
+                rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "metrics", 0, false, c->metrics, sizeof c->metrics),
+                rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "trace", 0, false, c->trace, sizeof c->trace), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "hpz", 0, false, c->hpz, sizeof c->hpz), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "qwz", 0, false, &c->qwz), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "qgz", 0, false, &c->qgz), rc, out);
+    s[0] = 0;
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "optimizer", 0, false, s, sizeof s), rc, out);
+    if (!strcmp(s, "adamw"))
+        c->optim.kind = STRATA_OPTIM_ADAMW;
+    else if (!strcmp(s, "lamb"))
+        c->optim.kind = STRATA_OPTIM_LAMB;
+    else if (s[0]) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"optimizer\" must be \"adamw\" or \"lamb\", got "
+                      "\"%s\"", path, st_json_key_line(&doc, "optimizer", 0), s);
+        goto out;
+    }
+out:
+    st_json_free(&doc);
+    return rc;
+}
+
+int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_t size)
+{
+    char model[1024];
+    if (strata_gpt_config_to_json(&c->model, model, sizeof model) < 0)
+        return -1;
+    int n = snprintf(buf, size,
+                     "{\"model\":%s,\"batch\":%d,\"seq\":%d,\"steps\":%" PRId64 ",\"seed\":%" PRIu64
+                     ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
+                     ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
+                     "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":\"%s\","
+                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s}",
+                     model, c->batch, c->seq, c->steps, c->seed,
+                     c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
+                     (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
+                     (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
+                     (double)c->grad_clip, c->val_fraction, c->zero, c->hpz, c->tiers,
+                     c->qwz ? "true" : "false", c->qgz ? "true" : "false");
+    return (n < 0 || (size_t)n >= size) ? -1 : n;
+}

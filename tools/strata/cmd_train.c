@@ -1,0 +1,275 @@
+/* strata train: training from flags or a JSON config (flags override the file). Under a launcher
+ * (strata launch, torchrun, Slurm, mpirun) with more than one rank it trains data parallel with the
+ * ZeRO engine; otherwise in this one process. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/cmd.h"
+#include "strata/comm.h"
+#include "strata/topo.h"
+#include "strata/train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: strata train [--config FILE.json] [options]\n"
+            "  --data FILE        training text (bytes are tokens) [data/corpus/strata_tales.txt]\n"
+            "  --layers N --heads N --dim N --ff N --max-seq N   model size [2 4 64 4*dim 64]\n"
+            "  --batch N --seq N --steps N  global batch rows, sequence length, steps [8 64 100]\n"
+            "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
+            "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
+            "  --ckpt-dir DIR --ckpt-every N --keep N --resume   checkpoints (safetensors)\n"
+            "  --metrics FILE     JSON lines, one per step\n"
+            "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
+            "  --eval-every N     validation loss every N steps\n"
+            "  --quiet            no progress bar\n"
+            "data parallel (under strata launch -n N / torchrun / Slurm / mpirun, N > 1):\n"
+            "  --zero 0..3        ZeRO stage [0]\n"
+            "  --hpz LEVEL        ZeRO++ hpZ: secondary partition inside fabric level LEVEL (host,\n"
+            "                     rack, ... or a level number; STRATA_TOPO_PATH places ranks)\n"
+            "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
+            "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
+            "  --bucket N         floats per gradient bucket [engine default]\n");
+}
+
+static bool num(const char *flag, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (!*v || *end || !(d >= lo && d <= hi)) {
+        fprintf(stderr, "strata train: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi,
+                v);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+/* The fabric level named `name` (a level name such as host or rack, or its number), or -1 with a
+ * message listing the levels. */
+static int find_level(const strata_fabric_t *f, const char *name)
+{
+    char *end;
+    long l = strtol(name, &end, 10);
+    if (*name && !*end && l >= 0 && l < f->topo.nlevels)
+        return (int)l;
+    int i = strata_topo_find_level(&f->topo, name);
+    if (i >= 0)
+        return i;
+    char known[512] = "";
+    for (int k = 0; k < f->topo.nlevels; k++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%d=%s", k ? ", " : "", k,
+                 f->topo.level[k].name);
+    cmd_fail("set STRATA_TOPO_PATH (zone/rack/host) or STRATA_TOPO_FILE to place ranks",
+             "--hpz %s: no such fabric level (levels: %s)", name, known);
+    return -1;
+}
+
+/* Tier colours of the hierarchical partitions: --hpz LEVEL (1 tier) or --tiers 3 (the two fastest
+ * levels that split the job, each into fewer units than the one before). Returns 0 or 1 (printed). */
+static int tier_colors(strata_comm_t *comm, const strata_train_config_t *cfg,
+                       strata_zero_config_t *zc)
+{
+    zc->stage = cfg->zero;
+    zc->quant_weights = cfg->qwz;
+    zc->quant_grads = cfg->qgz;
+    zc->bucket_count = (size_t)cfg->bucket;
+    const strata_fabric_t *f = strata_comm_fabric(comm);
+    int r = strata_comm_rank(comm);
+    if (cfg->hpz[0]) {
+        int l = find_level(f, cfg->hpz);
+        if (l < 0)
+            return 1;
+        zc->ntiers = 1;
+        zc->tier_colors[0] = strata_fabric_unit(f, l, r);
+    } else if (cfg->tiers == 3) {
+        int found = 0, prev_units = f->nranks + 1;
+        char seen[256] = "";
+        for (int l = 0; l < f->topo.nlevels && found < 2; l++) {
+            int u = f->nunits[l];
+            snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s%s:%d units",
+                     l ? ", " : "", f->topo.level[l].name, u);
+            if (u > 1 && u < prev_units) {
+                zc->tier_colors[found++] = strata_fabric_unit(f, l, r);
+                prev_units = u;
+            }
+        }
+        if (found < 2)
+            return cmd_fail("place ranks with STRATA_TOPO_PATH=rack/host per rank",
+                            "--tiers 3 needs two fabric levels that split the job (%s)", seen);
+        zc->ntiers = 2;
+    }
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    strata_train_config_t cfg = strata_train_config_default();
+    snprintf(cfg.data, sizeof cfg.data, "data/corpus/strata_tales.txt");
+    // The config file first, so flags override it.
+    for (int i = 1; i < argc - 1; i++)
+        if (!strcmp(argv[i], "--config") && strata_train_config_load(argv[i + 1], &cfg) < 0)
+            return cmd_fail(NULL, "%s", strata_last_error());
+    bool resume = false;
+    enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
+           O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
+           O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
+           O_HELP };
+    static const struct option opts[] = {
+        {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
+        {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
+        {"max-seq", 1, 0, O_MAXSEQ},    {"batch", 1, 0, O_BATCH},     {"seq", 1, 0, O_SEQ},
+        {"steps", 1, 0, O_STEPS},       {"optimizer", 1, 0, O_OPT},   {"lr", 1, 0, O_LR},
+        {"min-lr", 1, 0, O_MINLR},      {"warmup", 1, 0, O_WARMUP},   {"wd", 1, 0, O_WD},
+        {"clip", 1, 0, O_CLIP},         {"seed", 1, 0, O_SEED},       {"threads", 1, 0, O_THREADS},
+        {"ckpt-dir", 1, 0, O_CKDIR},    {"ckpt-every", 1, 0, O_CKEVERY}, {"keep", 1, 0, O_KEEP},
+        {"resume", 0, 0, O_RESUME},     {"metrics", 1, 0, O_METRICS}, {"trace", 1, 0, O_TRACE},
+        {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
+        {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
+        {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
+        {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
+    int c;
+    double d;
+    bool seq_set = false, maxseq_set = false;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        const char *fl = c >= O_CONFIG && c <= O_HELP ? opts[c - O_CONFIG].name : "?";
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", fl);
+#define INT(lo, hi, field)                                                                         \
+    do {                                                                                           \
+        if (!num(flag, optarg, lo, hi, &d))                                                        \
+            return 2;                                                                              \
+        field = (int)d;                                                                            \
+    } while (0)
+#define FLT(lo, hi, field)                                                                         \
+    do {                                                                                           \
+        if (!num(flag, optarg, lo, hi, &d))                                                        \
+            return 2;                                                                              \
+        field = (float)d;                                                                          \
+    } while (0)
+        switch (c) {
+        case O_CONFIG: break;
+        case O_DATA: snprintf(cfg.data, sizeof cfg.data, "%s", optarg); break;
+        case O_LAYERS: INT(1, 1024, cfg.model.n_layer); break;
+        case O_HEADS: INT(1, 65536, cfg.model.n_head); break;
+        case O_DIM: INT(1, 65536, cfg.model.d_model); break;
+        case O_FF: INT(0, 1 << 20, cfg.model.d_ff); break;
+        case O_MAXSEQ: INT(1, 65536, cfg.model.max_seq); maxseq_set = true; break;
+        case O_BATCH: INT(1, 1 << 20, cfg.batch); break;
+        case O_SEQ: INT(1, 65536, cfg.seq); seq_set = true; break;
+        case O_STEPS: if (!num(flag, optarg, 1, 1e12, &d)) return 2; cfg.steps = (int64_t)d; break;
+        case O_OPT:
+            if (!strcmp(optarg, "adamw"))
+                cfg.optim.kind = STRATA_OPTIM_ADAMW;
+            else if (!strcmp(optarg, "lamb"))
+                cfg.optim.kind = STRATA_OPTIM_LAMB;
+            else {
+                fprintf(stderr, "strata train: --optimizer expects adamw or lamb, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_LR: FLT(0, 10, cfg.lr); break;
+        case O_MINLR: FLT(0, 10, cfg.min_lr); break;
+        case O_WARMUP: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.warmup = (int64_t)d; break;
+        case O_WD: FLT(0, 10, cfg.optim.weight_decay); break;
+        case O_CLIP: FLT(0, 1e9, cfg.grad_clip); break;
+        case O_SEED: if (!num(flag, optarg, 0, 1e15, &d)) return 2; cfg.seed = (uint64_t)d; break;
+        case O_THREADS: INT(0, 1024, cfg.threads); break;
+        case O_CKDIR: snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", optarg); break;
+        case O_CKEVERY: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.ckpt_every = (int64_t)d; break;
+        case O_KEEP: INT(1, 1000, cfg.ckpt_keep); break;
+        case O_RESUME: resume = true; break;
+        case O_METRICS: snprintf(cfg.metrics, sizeof cfg.metrics, "%s", optarg); break;
+        case O_TRACE: snprintf(cfg.trace, sizeof cfg.trace, "%s", optarg); break;
+        case O_TRACESTEP: if (!num(flag, optarg, 1, 1e12, &d)) return 2; cfg.trace_step = (int64_t)d; break;
+        case O_EVAL: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.eval_every = (int64_t)d; break;
+        case O_QUIET: cfg.progress = false; break;
+        case O_ZERO: INT(0, 3, cfg.zero); break;
+        case O_HPZ: snprintf(cfg.hpz, sizeof cfg.hpz, "%s", optarg); break;
+        case O_TIERS:
+            if (strcmp(optarg, "3") && strcmp(optarg, "0")) {
+                fprintf(stderr, "strata train: --tiers expects 3 (the 3-level scheme), got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            cfg.tiers = atoi(optarg);
+            break;
+        case O_QWZ: cfg.qwz = true; break;
+        case O_QGZ: cfg.qgz = true; break;
+        case O_BUCKET: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.bucket = (int64_t)d; break;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+#undef INT
+#undef FLT
+    }
+    if (optind < argc) {
+        fprintf(stderr, "strata train: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    // One of --seq / --max-seq alone sets both.
+    if (seq_set && !maxseq_set && cfg.model.max_seq < cfg.seq)
+        cfg.model.max_seq = cfg.seq;
+    if (maxseq_set && !seq_set)
+        cfg.seq = cfg.model.max_seq;
+    if (resume && !cfg.ckpt_dir[0])
+        return cmd_fail("give --ckpt-dir DIR", "--resume needs a checkpoint directory");
+    if (cfg.hpz[0] && cfg.tiers == 3)
+        return cmd_fail("give one of them", "--hpz and --tiers 3 are two different partitions");
+    // A launcher's environment with more than one rank: data parallel.
+    strata_comm_t *comm = NULL;
+    strata_comm_config_t cc;
+    if (strata_comm_config_from_env(&cc) == STRATA_OK && cc.nranks > 1 &&
+        strata_comm_create(&cc, &comm) < 0)
+        return cmd_fail(NULL, "%s", strata_last_error());
+    int rank = comm ? strata_comm_rank(comm) : 0;
+    if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz))
+        fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz have no effect "
+                "(run under strata launch -n N)\n");
+    strata_zero_config_t zc = strata_zero_config_default();
+    if (comm && tier_colors(comm, &cfg, &zc) < 0) {
+        strata_comm_destroy(comm);
+        return 1;
+    }
+    strata_trainer_t *t = NULL;
+    int rc = 0;
+    if (strata_trainer_create(&cfg, &t) < 0 || (comm && strata_trainer_distribute(t, comm, &zc) < 0)) {
+        rc = cmd_fail(NULL, "%s", strata_last_error());
+        goto out;
+    }
+    strata_gpt_t *m = strata_trainer_model(t);
+    if (rank == 0) {
+        fprintf(stderr, "strata train: %zu parameters (L=%d C=%d heads=%d T=%d), batch %d, %lld "
+                "steps", strata_model_nparams(m), cfg.model.n_layer, cfg.model.d_model,
+                cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps);
+        if (comm)
+            fprintf(stderr, ", %d ranks, ZeRO-%d%s%s%s%s%s", strata_comm_size(comm), cfg.zero,
+                    cfg.hpz[0] ? ", hpZ in " : "", cfg.hpz, cfg.tiers == 3 ? ", 3-level" : "",
+                    cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "");
+        fputc('\n', stderr);
+    }
+    if (resume) {
+        int64_t step;
+        if (strata_trainer_resume(t, &step) < 0) {
+            rc = cmd_fail("remove the bad files or start without --resume", "%s",
+                          strata_last_error());
+            goto out;
+        }
+        if (step > 0 && rank == 0)
+            fprintf(stderr, "strata train: resumed at step %lld from %s\n", (long long)step,
+                    cfg.ckpt_dir);
+    }
+    if (strata_trainer_run(t, NULL) < 0)
+        rc = cmd_fail(NULL, "%s", strata_last_error());
+out:
+    // A failing rank tells the others (they fail naming it instead of waiting for a timeout).
+    if (rc != 0 && comm && strata_comm_get_error(comm) == STRATA_OK)
+        strata_comm_abort(comm, "strata train failed on this rank");
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return rc;
+}
