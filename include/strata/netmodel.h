@@ -147,16 +147,28 @@ typedef struct strata_pipeline {
     int stagger;  /* >= 1 */
 } strata_pipeline_t;
 
-/* Builds the plan of `kind` for `phase` on fabric `f` with per-rank blocks (off[b], len[b] in
- * elements). `pipe` pipelines the hierarchical plan (NULL: one segment; rings ignore it).
- * `only_rank` >= 0 keeps only the transfers that rank sends or receives (what the communicator
- * executes); -1 keeps all (what the model prices). Errors: STRATA_ERR_NO_MEMORY,
- * STRATA_ERR_INVALID_ARG. The plan is freed with strata_xfer_plan_free. */
+/* Builds the plan of `kind` for `phase` on fabric `f`. Blocks are given as pieces: piece k of
+ * block b is off[k * n + b], len[k * n + b] (elements), k < the pipeline's segments (one for the
+ * rings: then simply off[b], len[b]). `pipe` pipelines the hierarchical plan (NULL: one segment;
+ * rings ignore it). `only_rank` >= 0 keeps only the transfers that rank sends or receives (what
+ * the communicator executes); -1 keeps all (what the model prices). Pieces of one bin that lie
+ * back to back travel as one message (strata_xfer_plan_layout arranges that). Errors:
+ * STRATA_ERR_NO_MEMORY, STRATA_ERR_INVALID_ARG. The plan is freed with strata_xfer_plan_free. */
 STRATA_API strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kind_t kind,
                                                   strata_plan_phase_t phase, const size_t *off,
                                                   const size_t *len, const strata_pipeline_t *pipe,
                                                   int only_rank, strata_xfer_plan_t *out);
 STRATA_API void strata_xfer_plan_free(strata_xfer_plan_t *p);
+
+/* The layout the plan moves best: blocks of len[b] elements cut into the pipeline's segments
+ * (piece k of block b gets len[b] / segments, the first len[b] % segments one more), laid out
+ * segment after segment, the blocks of a segment in the order that keeps every ring's bins
+ * contiguous, so each ring step is one message per neighbour. Fills off_out / len_out as
+ * strata_xfer_plan_build reads them (n * segments entries). An allreduce can use it directly;
+ * reduce-scatter and allgather copy between it and the caller's layout. */
+STRATA_API strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_kind_t kind,
+                                                   const size_t *len, const strata_pipeline_t *pipe,
+                                                   size_t *off_out, size_t *len_out);
 
 /* Seconds for concurrent flows (src -> dst, bytes each) on `f`: each flow crosses its endpoints'
  * unit uplinks up to their common level (capacity size * bw / oversubscription, times the level's

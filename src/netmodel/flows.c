@@ -379,26 +379,22 @@ double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
     };
     if (coll < 0 || coll >= STRATA_COLL_COUNT || !phase_of[coll] || esize == 0)
         return -1;
-    const int n = f->nranks;
+    const int n = f->nranks, max_segs = kind == STRATA_PLAN_HIER ? 16 : 1;
     size_t count = (size_t)(bytes / (double)esize);
-    size_t *off = malloc((size_t)n * 2 * sizeof *off);
-    if (!off)
+    size_t *blen = malloc((size_t)n * (1 + 2 * (size_t)max_segs) * sizeof *blen);
+    if (!blen)
         return -1;
-    size_t *len = off + n;
-    size_t at = 0;
-    for (int b = 0; b < n; b++) {
-        len[b] = count / (size_t)n + ((size_t)b < count % (size_t)n);
-        off[b] = at;
-        at += len[b];
-    }
+    size_t *off = blen + n, *len = off + (size_t)n * (size_t)max_segs;
+    for (int b = 0; b < n; b++)
+        blen[b] = count / (size_t)n + ((size_t)b < count % (size_t)n);
     double best = -1;
     // The hierarchical plan is priced at every pipeline of the grid; the best one is its cost.
-    const bool hier = kind == STRATA_PLAN_HIER;
-    for (int segs = 1; segs <= (hier ? 16 : 1); segs *= 2)
-        for (int stagger = 1; stagger <= (hier && segs > 1 ? 4 : 1); stagger++) {
+    for (int segs = 1; segs <= max_segs; segs *= 2)
+        for (int stagger = 1; stagger <= (segs > 1 ? 4 : 1); stagger++) {
             strata_pipeline_t pl = {segs, stagger};
             strata_xfer_plan_t p;
-            if (strata_xfer_plan_build(f, kind, phase_of[coll], off, len, &pl, -1, &p) < 0)
+            if (strata_xfer_plan_layout(f, kind, blen, &pl, off, len) < 0 ||
+                strata_xfer_plan_build(f, kind, phase_of[coll], off, len, &pl, -1, &p) < 0)
                 break;
             double t = strata_netmodel_plan_time(f, &p, esize);
             strata_xfer_plan_free(&p);
@@ -408,6 +404,6 @@ double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
                     *pipe = pl;
             }
         }
-    free(off);
+    free(blen);
     return best;
 }

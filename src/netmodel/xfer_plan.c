@@ -28,6 +28,7 @@ typedef struct planner {
     int me;
     strata_xfer_plan_t *out;
     strata_status_t rc;
+    int *scratch; /* f->nranks entries, all -1 between uses */
 } planner_t;
 
 const char *strata_plan_kind_name(strata_plan_kind_t kind)
@@ -126,24 +127,91 @@ static void ring(planner_t *P, const int *R, int m, const int *blocks, const int
     free(first);
 }
 
-/* The lowest level >= `from` that splits S into 1 < g < m units; -1 if none. */
-static int split_level(const strata_fabric_t *f, const int *S, int m, int from, int *unit_of)
+/* How a set S of m ranks (tree order) splits: at the lowest level >= `from` where it falls into
+ * 1 < g < m units. Per member: its unit (dense 0..g-1 in order of appearance), its index inside
+ * it, and the unit's size; per unit its members in S order (ustart/umem); M = the largest unit.
+ * level < 0: no level splits S (a flat ring). Per block (owner = the block id, a member): cls =
+ * the owner's index in its unit, or its position in S for a flat ring. */
+typedef struct split {
+    int level, g, M;
+    int *unit, *idx, *usize, *ustart, *umem, *cls;
+} split_t;
+
+static void split_free(split_t *sp)
 {
-    for (int l = from; l < f->topo.nlevels; l++) {
+    free(sp->unit);
+    sp->unit = NULL;
+}
+
+static bool split_make(planner_t *P, const int *S, int m, const int *blocks, int nb, int from,
+                       split_t *sp)
+{
+    const strata_fabric_t *f = P->f;
+    memset(sp, 0, sizeof *sp);
+    sp->unit = malloc(((size_t)m * 6 + (size_t)nb + 1) * sizeof *sp->unit);
+    if (!sp->unit) {
+        P->rc = st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
+        return false;
+    }
+    sp->idx = sp->unit + m;
+    sp->usize = sp->idx + m;
+    sp->ustart = sp->usize + m; // g + 1 <= m + 1 entries
+    sp->umem = sp->ustart + m + 1;
+    sp->cls = sp->umem + m;
+    int *dense = P->scratch; // unit id at the level -> dense id, -1 when unseen
+    sp->level = -1;
+    for (int l = from; l < f->topo.nlevels && sp->level < 0; l++) {
         int g = 0;
         for (int i = 0; i < m; i++) {
-            int u = strata_fabric_unit(f, l, S[i]), j = 0;
-            while (j < i && strata_fabric_unit(f, l, S[j]) != u)
-                j++;
-            g += j == i;
+            int u = strata_fabric_unit(f, l, S[i]);
+            if (dense[u] < 0)
+                dense[u] = g++;
+            sp->unit[i] = dense[u];
         }
+        for (int i = 0; i < m; i++)
+            dense[strata_fabric_unit(f, l, S[i])] = -1;
         if (g > 1 && g < m) {
-            for (int i = 0; i < m; i++)
-                unit_of[i] = strata_fabric_unit(f, l, S[i]);
-            return l;
+            sp->level = l;
+            sp->g = g;
         }
     }
-    return -1;
+    int *pos = P->scratch; // rank -> position in S (scratch is free again)
+    for (int i = 0; i < m; i++)
+        pos[S[i]] = i;
+    if (sp->level < 0) {
+        for (int q = 0; q < nb; q++)
+            sp->cls[q] = pos[blocks[q]];
+    } else {
+        memset(sp->ustart, 0, (size_t)(sp->g + 1) * sizeof *sp->ustart);
+        for (int i = 0; i < m; i++)
+            sp->idx[i] = sp->ustart[sp->unit[i] + 1]++;
+        for (int i = 0; i < m; i++) {
+            sp->usize[i] = sp->ustart[sp->unit[i] + 1];
+            sp->M = sp->usize[i] > sp->M ? sp->usize[i] : sp->M;
+        }
+        for (int u = 0; u < sp->g; u++)
+            sp->ustart[u + 1] += sp->ustart[u];
+        for (int i = 0; i < m; i++)
+            sp->umem[sp->ustart[sp->unit[i]] + sp->idx[i]] = S[i];
+        for (int q = 0; q < nb; q++)
+            sp->cls[q] = sp->idx[pos[blocks[q]]];
+    }
+    for (int i = 0; i < m; i++)
+        pos[S[i]] = -1;
+    return true;
+}
+
+/* Column c of a split: the member of index c mod size of every unit, and the blocks of class c. */
+static void split_column(const split_t *sp, const int *S, int m, const int *blocks, int nb, int c,
+                         int *col, int *cm, int *colblk, int *cb)
+{
+    *cm = *cb = 0;
+    for (int i = 0; i < m; i++)
+        if (sp->idx[i] == c % sp->usize[i])
+            col[(*cm)++] = S[i];
+    for (int q = 0; q < nb; q++)
+        if (sp->cls[q] == c)
+            colblk[(*cb)++] = blocks[q];
 }
 
 /* Hierarchical reduce-scatter (rs) or allgather of `blocks` (owners: the block ids themselves,
@@ -154,97 +222,133 @@ static int hier(planner_t *P, const int *S, int m, const int *blocks, int nb, in
 {
     if (m < 2 || nb == 0 || P->rc < 0)
         return 0;
-    int *unit_of = malloc((size_t)m * 4 * sizeof *unit_of);
-    int *binof = malloc((size_t)nb * 2 * sizeof *binof);
-    if (!unit_of || !binof) {
-        free(unit_of);
-        free(binof);
+    split_t sp;
+    if (!split_make(P, S, m, blocks, nb, level, &sp))
+        return 0;
+    if (sp.level < 0) { // flat ring: bin = the owner's position in S
+        ring(P, S, m, blocks, sp.cls, nb, rs, slot0);
+        split_free(&sp);
+        return m - 1;
+    }
+    int *col = malloc((size_t)(m + 2 * nb + 1) * sizeof *col);
+    if (!col) {
         P->rc = st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
+        split_free(&sp);
         return 0;
     }
-    int *idx = unit_of + m, *usize = unit_of + 2 * m, *umem = unit_of + 3 * m;
-    int *cls = binof + nb;
-    int depth;
-    int l = split_level(P->f, S, m, level, unit_of);
-    if (l < 0) {
-        for (int q = 0; q < nb; q++) { // flat ring: bin = the owner's position in S
-            binof[q] = 0;
-            while (S[binof[q]] != blocks[q])
-                binof[q]++;
-        }
-        ring(P, S, m, blocks, binof, nb, rs, slot0);
-        depth = m - 1;
-    } else {
-        // Members of each unit, in S order: umem lists S positions grouped by unit.
-        int g = 0, M = 0;
-        for (int i = 0; i < m; i++) {
-            int j = 0;
-            while (j < i && unit_of[j] != unit_of[i])
-                j++;
-            idx[i] = 0;
-            for (int k = 0; k < i; k++)
-                idx[i] += unit_of[k] == unit_of[i];
-            if (j == i)
-                g++;
-        }
-        for (int i = 0; i < m; i++) {
-            usize[i] = 0;
-            for (int k = 0; k < m; k++)
-                usize[i] += unit_of[k] == unit_of[i];
-            M = usize[i] > M ? usize[i] : M;
-        }
-        for (int q = 0; q < nb; q++) { // a block's class: its owner's index in its unit
-            int o = 0;
-            while (S[o] != blocks[q])
-                o++;
-            cls[q] = idx[o];
-        }
-        int *col = malloc((size_t)(m + nb) * sizeof *col);
-        if (!col) {
-            P->rc = st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
-            free(unit_of);
-            free(binof);
-            return 0;
-        }
-        int *colblk = col + m;
-        // Column phase: before the unit rings for allgather, after them for reduce-scatter.
-        int intra_at = slot0, col_at = slot0 + M - 1, col_depth = 0;
-        for (int pass = 0; pass < 2; pass++) {
-            bool do_cols = (pass == 0) != rs;
-            if (do_cols) {
-                for (int c = 0; c < M; c++) {
-                    int cm = 0, cb = 0;
-                    for (int i = 0; i < m; i++) // first member of each unit with idx c mod size
-                        if (idx[i] == c % usize[i])
-                            col[cm++] = S[i];
-                    for (int q = 0; q < nb; q++)
-                        if (cls[q] == c)
-                            colblk[cb++] = blocks[q];
-                    int d = hier(P, col, cm, colblk, cb, l + 1, rs, rs ? col_at : slot0);
-                    col_depth = d > col_depth ? d : col_depth;
-                }
-                if (!rs)
-                    intra_at = slot0 + col_depth;
-            } else {
-                for (int i = 0; i < m; i++) { // one ring per unit, led by its first member
-                    if (idx[i] != 0)
-                        continue;
-                    int um = 0;
-                    for (int k = 0; k < m; k++)
-                        if (unit_of[k] == unit_of[i])
-                            umem[um++] = S[k];
-                    for (int q = 0; q < nb; q++)
-                        binof[q] = cls[q] % um;
-                    ring(P, umem, um, blocks, binof, nb, rs, intra_at);
-                }
+    int *colblk = col + m, *binof = colblk + nb;
+    // Column phase: before the unit rings for allgather, after them for reduce-scatter.
+    int intra_at = slot0, col_at = slot0 + sp.M - 1, col_depth = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if ((pass == 0) != rs) {
+            for (int c = 0; c < sp.M; c++) {
+                int cm, cb;
+                split_column(&sp, S, m, blocks, nb, c, col, &cm, colblk, &cb);
+                int d = hier(P, col, cm, colblk, cb, sp.level + 1, rs, rs ? col_at : slot0);
+                col_depth = d > col_depth ? d : col_depth;
+            }
+            if (!rs)
+                intra_at = slot0 + col_depth;
+        } else {
+            for (int u = 0; u < sp.g; u++) { // one ring per unit
+                int um = sp.ustart[u + 1] - sp.ustart[u];
+                for (int q = 0; q < nb; q++)
+                    binof[q] = sp.cls[q] % um;
+                ring(P, sp.umem + sp.ustart[u], um, blocks, binof, nb, rs, intra_at);
             }
         }
-        free(col);
-        depth = M - 1 + col_depth;
     }
-    free(unit_of);
-    free(binof);
+    int depth = sp.M - 1 + col_depth;
+    free(col);
+    split_free(&sp);
     return depth;
+}
+
+/* The block order that keeps every bin of every ring of the plan contiguous: the flat ring's
+ * positions, or, for the hierarchical plan, column by column recursively. */
+static void order_blocks(planner_t *P, const int *S, int m, const int *blocks, int nb, int level,
+                         int *out, int *k)
+{
+    split_t sp;
+    if (nb == 0 || P->rc < 0 || !split_make(P, S, m, blocks, nb, level, &sp))
+        return;
+    if (sp.level < 0) { // by owner position
+        for (int i = 0; i < m; i++)
+            for (int q = 0; q < nb; q++)
+                if (sp.cls[q] == i)
+                    out[(*k)++] = blocks[q];
+    } else {
+        int *col = malloc((size_t)(m + nb + 1) * sizeof *col);
+        if (!col)
+            P->rc = st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
+        for (int c = 0; col && c < sp.M; c++) {
+            int cm, cb;
+            split_column(&sp, S, m, blocks, nb, c, col, &cm, col + m, &cb);
+            order_blocks(P, col, cm, col + m, cb, sp.level + 1, out, k);
+        }
+        free(col);
+    }
+    split_free(&sp);
+}
+
+/* The ranks in the plan's ring order: rank order for the topology-blind ring, tree order else. */
+static void plan_order(const strata_fabric_t *f, strata_plan_kind_t kind, int *S)
+{
+    if (kind == STRATA_PLAN_RING)
+        for (int r = 0; r < f->nranks; r++)
+            S[r] = r;
+    else
+        strata_fabric_tree_order(f, S);
+}
+
+static int pipeline_segments(strata_plan_kind_t kind, const strata_pipeline_t *pipe)
+{
+    return pipe && kind == STRATA_PLAN_HIER ? pipe->segments : 1;
+}
+
+static int *scratch_new(int n)
+{
+    int *s = malloc((size_t)n * sizeof *s + 1);
+    for (int i = 0; s && i < n; i++)
+        s[i] = -1;
+    return s;
+}
+
+strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_kind_t kind,
+                                        const size_t *len, const strata_pipeline_t *pipe,
+                                        size_t *off_out, size_t *len_out)
+{
+    const int n = f->nranks, segments = pipeline_segments(kind, pipe);
+    if (kind < 0 || kind >= STRATA_PLAN_KIND_COUNT || segments < 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "transfer plan: bad kind or pipeline");
+    int *S = malloc((size_t)n * 3 * sizeof *S), *scratch = scratch_new(n);
+    if (!S || !scratch) {
+        free(S);
+        free(scratch);
+        return st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
+    }
+    int *blocks = S + n, *order = S + 2 * n, k = 0;
+    plan_order(f, kind, S);
+    for (int b = 0; b < n; b++)
+        blocks[b] = b;
+    planner_t P = {.f = f, .scratch = scratch};
+    if (kind == STRATA_PLAN_HIER)
+        order_blocks(&P, S, n, blocks, n, 0, order, &k);
+    else
+        memcpy(order, S, (size_t)n * sizeof *order);
+    size_t at = 0;
+    for (int sg = 0; sg < segments; sg++) // segment-major, blocks in order inside a segment
+        for (int i = 0; i < n; i++) {
+            int b = order[i];
+            size_t base = len[b] / (size_t)segments, rem = len[b] % (size_t)segments;
+            size_t piece = base + ((size_t)sg < rem);
+            off_out[(size_t)sg * (size_t)n + (size_t)b] = at;
+            len_out[(size_t)sg * (size_t)n + (size_t)b] = piece;
+            at += piece;
+        }
+    free(S);
+    free(scratch);
+    return P.rc;
 }
 
 strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kind_t kind,
@@ -253,38 +357,28 @@ strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kin
                                        int only_rank, strata_xfer_plan_t *out)
 {
     memset(out, 0, sizeof *out);
-    const int n = f->nranks;
-    int segments = pipe && kind == STRATA_PLAN_HIER ? pipe->segments : 1;
+    const int n = f->nranks, segments = pipeline_segments(kind, pipe);
     int stagger = pipe ? pipe->stagger : 1;
     if (kind < 0 || kind >= STRATA_PLAN_KIND_COUNT || phase < 1 || phase > 3 || segments < 1 ||
         stagger < 1 || only_rank >= n)
         return st_error(STRATA_ERR_INVALID_ARG, "transfer plan: bad kind, phase or pipeline");
-    int *S = malloc((size_t)n * 3 * sizeof *S);
-    size_t *seg = malloc((size_t)n * 2 * sizeof *seg);
-    if (!S || !seg) {
+    int *S = malloc((size_t)n * 3 * sizeof *S), *scratch = scratch_new(n);
+    if (!S || !scratch) {
         free(S);
-        free(seg);
+        free(scratch);
         return st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
     }
-    int *blocks = S + n;
-    if (kind == STRATA_PLAN_RING)
-        for (int r = 0; r < n; r++)
-            S[r] = r;
-    else
-        strata_fabric_tree_order(f, S);
-    int *pos = S + 2 * n; // bins of a flat ring: block b goes with its owner's ring position
+    int *blocks = S + n, *pos = S + 2 * n; // a flat ring's bins: block b at its owner's position
+    plan_order(f, kind, S);
     for (int r = 0; r < n; r++) {
         blocks[r] = r;
         pos[S[r]] = r;
     }
-    planner_t P = {.f = f, .off = seg, .len = seg + n, .me = only_rank, .out = out};
+    planner_t P = {.f = f, .me = only_rank, .out = out, .scratch = scratch};
     int depth_rs = 0;
     for (int k = 0; k < segments && P.rc == STRATA_OK; k++) {
-        for (int b = 0; b < n; b++) { // piece k of every block
-            size_t base = len[b] / (size_t)segments, rem = len[b] % (size_t)segments;
-            seg[b] = off[b] + base * (size_t)k + ((size_t)k < rem ? (size_t)k : rem);
-            seg[n + b] = base + ((size_t)k < rem);
-        }
+        P.off = off + (size_t)k * (size_t)n; // piece k of every block
+        P.len = len + (size_t)k * (size_t)n;
         int at = k * stagger;
         if (kind == STRATA_PLAN_HIER) {
             if (phase & STRATA_PHASE_REDUCE_SCATTER)
@@ -301,7 +395,7 @@ strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kin
         }
     }
     free(S);
-    free(seg);
+    free(scratch);
     if (P.rc < 0)
         strata_xfer_plan_free(out);
     return P.rc;

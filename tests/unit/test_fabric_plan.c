@@ -112,29 +112,31 @@ static void simulate(const strata_xfer_plan_t *p, int n, size_t count, double **
 }
 
 static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata_plan_phase_t ph,
-                       size_t per_block_max, int segments)
+                       size_t per_block_max, int segments, bool regular)
 {
     const int n = f->nranks;
-    size_t off[64], len[64], count = 0;
-    for (int b = 0; b < n; b++) { // uneven blocks: 0, 1, odd sizes
-        len[b] = per_block_max ? (size_t)(b * 7 + 3) % (per_block_max + 1) : 0;
-        off[b] = count;
-        count += len[b];
-    }
+    strata_pipeline_t pipe = {segments, segments > 1 ? 2 : 1};
+    const int K = kind == STRATA_PLAN_HIER ? segments : 1;
+    size_t blen[64], off[64 * 4], len[64 * 4], count = 0;
+    for (int b = 0; b < n; b++) // uneven blocks: 0, 1, odd sizes
+        blen[b] = per_block_max ? (size_t)(b * 7 + 3) % (per_block_max + 1) : 0;
+    assert_int_equal(strata_xfer_plan_layout(f, kind, blen, &pipe, off, len), STRATA_OK);
+    for (int i = 0; i < n * K; i++)
+        count += len[i];
+    int *owner = malloc((count + 1) * sizeof *owner); // which block each element belongs to
+    for (int i = 0; i < n * K; i++)
+        for (size_t e = off[i]; e < off[i] + len[i]; e++)
+            owner[e] = i % n;
     double **vec = malloc((size_t)n * sizeof *vec), *sum = calloc(count + 1, sizeof *sum);
     for (int r = 0; r < n; r++) {
         vec[r] = malloc((count + 1) * sizeof(double));
         for (size_t i = 0; i < count; i++) {
-            int owner = 0;
-            while (owner + 1 < n && off[owner + 1] <= i)
-                owner++;
-            bool have = ph != STRATA_PHASE_ALLGATHER || owner == r;
+            bool have = ph != STRATA_PHASE_ALLGATHER || owner[i] == r;
             vec[r][i] = have ? (double)((r + 1) * 1000 + (int)i % 997) : -1;
             sum[i] += vec[r][i];
         }
     }
     strata_xfer_plan_t all;
-    strata_pipeline_t pipe = {segments, segments > 1 ? 2 : 1};
     assert_int_equal(strata_xfer_plan_build(f, kind, ph, off, len, &pipe, -1, &all), STRATA_OK);
     // The per-rank plans are exactly the whole plan's transfers of that rank.
     int mine_total = 0;
@@ -146,9 +148,9 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
         for (int i = 0; i < all.n; i++)
             if (all.x[i].src == r || all.x[i].dst == r) {
                 assert_true(k < mine.n);
-                const strata_xfer_t *a = &all.x[i], *b = &mine.x[k];
-                assert_true(a->slot == b->slot && a->src == b->src && a->dst == b->dst &&
-                            a->off == b->off && a->len == b->len && a->reduce == b->reduce);
+                const strata_xfer_t *x = &all.x[i], *y = &mine.x[k];
+                assert_true(x->slot == y->slot && x->src == y->src && x->dst == y->dst &&
+                            x->off == y->off && x->len == y->len && x->reduce == y->reduce);
                 k++;
             }
         assert_int_equal(k, mine.n);
@@ -156,26 +158,32 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
         strata_xfer_plan_free(&mine);
     }
     assert_int_equal(mine_total, 2 * all.n);
+    // On a regular tree the layout makes every ring step one message per neighbour and piece
+    // in flight: no more transfers than ranks x slots x segments.
+    if (regular && kind != STRATA_PLAN_RING && all.n > n * all.nslots * K)
+        fail_msg("%s: %d transfers in %d slots on %d ranks", strata_plan_kind_name(kind), all.n,
+                 all.nslots, n);
     simulate(&all, n, count, vec);
     for (int r = 0; r < n; r++)
-        for (int b = 0; b < n; b++)
-            for (size_t i = off[b]; i < off[b] + len[b]; i++) {
-                double want = ph == STRATA_PHASE_ALLGATHER ? (double)((b + 1) * 1000 + (int)i % 997)
-                                                          : sum[i];
-                if (ph == STRATA_PHASE_REDUCE_SCATTER && b != r)
-                    continue;
-                if (vec[r][i] != want)
-                    fail_msg("%s phase %d segs %d: rank %d element %zu is %g, want %g",
-                             strata_plan_kind_name(kind), ph, segments, r, i, vec[r][i], want);
-            }
+        for (size_t i = 0; i < count; i++) {
+            int b = owner[i];
+            double want = ph == STRATA_PHASE_ALLGATHER ? (double)((b + 1) * 1000 + (int)i % 997)
+                                                      : sum[i];
+            if (ph == STRATA_PHASE_REDUCE_SCATTER && b != r)
+                continue;
+            if (vec[r][i] != want)
+                fail_msg("%s phase %d segs %d: rank %d element %zu is %g, want %g",
+                         strata_plan_kind_name(kind), ph, segments, r, i, vec[r][i], want);
+        }
     strata_xfer_plan_free(&all);
     for (int r = 0; r < n; r++)
         free(vec[r]);
     free(vec);
     free(sum);
+    free(owner);
 }
 
-static void check_all_plans(const char *const *paths, int n, int nlevels)
+static void check_all_plans(const char *const *paths, int n, int nlevels, bool regular)
 {
     strata_fabric_t f;
     make(paths, n, nlevels, &f);
@@ -183,7 +191,8 @@ static void check_all_plans(const char *const *paths, int n, int nlevels)
         for (int ph = 1; ph <= 3; ph++)
             for (int segs = 1; segs <= 3; segs += 2)
                 for (size_t m = 0; m <= 9; m += 9)
-                    check_plan(&f, (strata_plan_kind_t)k, (strata_plan_phase_t)ph, m, segs);
+                    check_plan(&f, (strata_plan_kind_t)k, (strata_plan_phase_t)ph, m, segs,
+                               regular);
     strata_fabric_free(&f);
 }
 
@@ -191,13 +200,13 @@ static void test_plans_regular(void **state)
 {
     (void)state;
     const char *two_racks[] = {"a/h0", "b/h4", "a/h1", "b/h5", "a/h2", "b/h6", "a/h3", "b/h7"};
-    check_all_plans(two_racks, 8, 3);
+    check_all_plans(two_racks, 8, 3, true);
     const char *hosts[] = {"h0", "h0", "h1", "h1", "h2", "h2"}; // 3 hosts of 2 ranks
-    check_all_plans(hosts, 6, 2);
+    check_all_plans(hosts, 6, 2, true);
     const char *one[] = {"h0"};
-    check_all_plans(one, 1, 2);
+    check_all_plans(one, 1, 2, true);
     const char *flat[] = {"h0", "h1", "h2", "h3", "h4"};
-    check_all_plans(flat, 5, 2);
+    check_all_plans(flat, 5, 2, true);
 }
 
 static void test_plans_irregular(void **state)
@@ -207,9 +216,9 @@ static void test_plans_irregular(void **state)
     const char *odd[] = {"z0/r0/h0", "z0/r0/h0", "z0/r0/h1", "z0/r1/h2", "z0/r1/h2",
                          "z0/r1/h2", "z1/r2/h3", "z1/r3/h4", "z1/r3/h5", "z1/r3/h5",
                          "z0/r1/h6"};
-    check_all_plans(odd, 11, 4);
+    check_all_plans(odd, 11, 4, false);
     const char *lone[] = {"r0/h0", "r0/h0", "r0/h0", "r1/h1"};
-    check_all_plans(lone, 4, 3);
+    check_all_plans(lone, 4, 3, false);
 }
 
 static const char *write_tmp(const char *text)
@@ -298,6 +307,20 @@ static void test_model_orders_plans(void **state)
         off[b] = (size_t)b * 100;
         len[b] = 100;
     }
+    // 256 ranks, 4 levels: pricing the hierarchical plan (its whole pipeline grid) stays quick.
+    char names[256][32];
+    const char *big[256];
+    for (int i = 0; i < 256; i++) {
+        snprintf(names[i], sizeof names[i], "z%d/r%d/h%d", i % 4, (i / 4) % 8, i);
+        big[i] = names[i];
+    }
+    strata_fabric_t fb;
+    strata_topo_t t4;
+    strata_fabric_default_levels(4, &t4);
+    assert_int_equal(strata_fabric_from_paths(&t4, 256, big, &fb), STRATA_OK);
+    assert_true(strata_netmodel_fabric_cost(&fb, STRATA_COLL_ALLREDUCE, STRATA_PLAN_HIER, bytes, 4,
+                                            NULL) > 0);
+    strata_fabric_free(&fb);
     strata_xfer_plan_t p;
     assert_int_equal(strata_xfer_plan_build(&f, STRATA_PLAN_RING_TREE, STRATA_PHASE_ALLREDUCE, off,
                                             len, NULL, -1, &p),

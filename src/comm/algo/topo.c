@@ -66,56 +66,102 @@ static strata_status_t emit_plan(st_sched_t *s, const st_coll_args_t *a, strata_
     return s->build_rc;
 }
 
-/* Per-rank blocks in elements: even for allreduce, the caller's for the v-shaped calls. */
-static size_t *blocks_for(st_sched_t *s, const st_coll_args_t *a, size_t *total)
+/* Where each block's pieces live in the working vector: the plan's own layout (an allreduce, or the
+ * pipelined hierarchical plan), else the caller's (a ring moves v-shaped blocks where they are).
+ * Fills off/len with n * segments pieces; *total = the working vector's length; *own = whether
+ * the working vector is the caller's layout. */
+static strata_status_t layout(st_sched_t *s, const st_coll_args_t *a, strata_plan_kind_t kind,
+                              size_t **off, size_t **len, size_t *total, bool *own)
 {
-    size_t *off = st_sched_scratch(s, 2 * (size_t)a->nranks * sizeof *off);
-    if (!off)
-        return NULL;
-    size_t *len = off + a->nranks;
+    const int n = a->nranks, K = kind == STRATA_PLAN_HIER ? a->pipe.segments : 1;
+    size_t *buf = st_sched_scratch(s, (size_t)n * (1 + 2 * (size_t)K) * sizeof *buf);
+    if (!buf)
+        return s->build_rc;
+    size_t *blen = buf;
+    *off = buf + n;
+    *len = *off + (size_t)n * (size_t)K;
+    for (int b = 0; b < n; b++)
+        blen[b] = a->coll == STRATA_COLL_ALLREDUCE
+                      ? a->count / (size_t)n + ((size_t)b < a->count % (size_t)n)
+                      : a->counts[b];
+    *own = a->coll != STRATA_COLL_ALLREDUCE && kind != STRATA_PLAN_HIER;
     *total = 0;
-    for (int b = 0; b < a->nranks; b++) {
-        if (a->coll == STRATA_COLL_ALLREDUCE) {
-            len[b] = a->count / (size_t)a->nranks + ((size_t)b < a->count % (size_t)a->nranks);
-            off[b] = b ? off[b - 1] + len[b - 1] : 0;
-        } else {
-            off[b] = a->displs[b];
-            len[b] = a->counts[b];
+    if (*own) {
+        for (int b = 0; b < n; b++) {
+            (*off)[b] = a->displs[b];
+            (*len)[b] = blen[b];
+            *total = (*off)[b] + blen[b] > *total ? (*off)[b] + blen[b] : *total;
         }
-        if (off[b] + len[b] > *total)
-            *total = off[b] + len[b];
+        return STRATA_OK;
     }
-    return off;
+    ST_TRY(strata_xfer_plan_layout(&a->topo->fabric, kind, blen, &a->pipe, *off, *len));
+    for (size_t i = 0; i < (size_t)n * (size_t)K; i++)
+        *total += (*len)[i];
+    return STRATA_OK;
+}
+
+/* Copies block b between the caller's copy of it (`user`, contiguous) and its pieces in the plan
+ * layout. */
+static void copy_block(st_sched_t *s, const st_coll_args_t *a, int K, const size_t *off,
+                       const size_t *len, int b, char *work, char *user, bool to_work)
+{
+    const size_t es = a->esize, n = (size_t)a->nranks;
+    size_t at = 0;
+    for (int k = 0; k < K; k++) {
+        size_t i = (size_t)k * n + (size_t)b;
+        if (len[i] && to_work)
+            st_sched_copy(s, work + off[i] * es, user + at * es, len[i] * es);
+        else if (len[i])
+            st_sched_copy(s, user + at * es, work + off[i] * es, len[i] * es);
+        at += len[i];
+    }
 }
 
 static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, strata_plan_kind_t kind)
 {
-    size_t total = 0;
-    size_t *off = blocks_for(s, a, &total);
-    if (!off)
-        return s->build_rc;
-    size_t *len = off + a->nranks;
+    size_t *off = NULL, *len = NULL, total = 0;
+    bool own = false;
+    ST_TRY(layout(s, a, kind, &off, &len, &total, &own));
     const size_t es = a->esize;
+    const int K = kind == STRATA_PLAN_HIER ? a->pipe.segments : 1, me = a->rank;
     char *work = a->recvbuf;
+    if (a->coll != STRATA_COLL_ALLREDUCE && !own) {
+        work = st_sched_scratch(s, total * es + 1);
+        if (!work)
+            return s->build_rc;
+    }
     switch (a->coll) {
-    case STRATA_COLL_ALLREDUCE:
+    case STRATA_COLL_ALLREDUCE: // elements are interchangeable: the plan layout in place
         if (a->sendbuf != a->recvbuf)
             st_sched_copy(s, work, a->sendbuf, a->count * es);
         return emit_plan(s, a, kind, STRATA_PHASE_ALLREDUCE, off, len, work);
     case STRATA_COLL_REDUCE_SCATTER:
-        work = st_sched_scratch(s, total * es + 1);
-        if (!work)
-            return s->build_rc;
-        st_sched_copy(s, work, a->sendbuf, total * es);
+        if (own) {
+            work = st_sched_scratch(s, total * es + 1);
+            if (!work)
+                return s->build_rc;
+            st_sched_copy(s, work, a->sendbuf, total * es);
+        } else {
+            for (int b = 0; b < a->nranks; b++)
+                copy_block(s, a, K, off, len, b, work, (char *)a->sendbuf + a->displs[b] * es,
+                           true);
+        }
         ST_TRY(emit_plan(s, a, kind, STRATA_PHASE_REDUCE_SCATTER, off, len, work));
-        if (len[a->rank])
-            st_sched_copy(s, a->recvbuf, work + off[a->rank] * es, len[a->rank] * es);
+        copy_block(s, a, K, off, len, me, work, a->recvbuf, false); // my block, reduced
         st_sched_round(s);
         return s->build_rc;
     case STRATA_COLL_ALLGATHER:
-        if ((const char *)a->sendbuf != work + off[a->rank] * es)
-            st_sched_copy(s, work + off[a->rank] * es, a->sendbuf, len[a->rank] * es);
-        return emit_plan(s, a, kind, STRATA_PHASE_ALLGATHER, off, len, work);
+        if (own) {
+            if ((const char *)a->sendbuf != work + off[me] * es)
+                st_sched_copy(s, work + off[me] * es, a->sendbuf, len[me] * es);
+            return emit_plan(s, a, kind, STRATA_PHASE_ALLGATHER, off, len, work);
+        }
+        copy_block(s, a, K, off, len, me, work, (char *)a->sendbuf, true);
+        ST_TRY(emit_plan(s, a, kind, STRATA_PHASE_ALLGATHER, off, len, work));
+        for (int b = 0; b < a->nranks; b++)
+            copy_block(s, a, K, off, len, b, work, (char *)a->recvbuf + a->displs[b] * es, false);
+        st_sched_round(s);
+        return s->build_rc;
     default:
         return st_error(STRATA_ERR_INTERNAL, "topology plan for %s", strata_coll_name(a->coll));
     }
