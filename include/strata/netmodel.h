@@ -115,6 +115,9 @@ typedef enum strata_plan_kind {
     STRATA_PLAN_RING_TREE, /* flat ring in tree order: every unit contiguous */
     STRATA_PLAN_HIER,      /* hierarchical: reduce-scatter inside the lowest level, recurse across
                               the next level on the shards, allgather back; pipelined in segments */
+    STRATA_PLAN_HALVING_DOUBLING, /* allreduce: recursive halving then doubling (Rabenseifner) */
+    STRATA_PLAN_RECURSIVE_DOUBLING, /* allreduce: log2 n full-vector exchanges */
+    STRATA_PLAN_BINOMIAL,  /* bcast / reduce from rank 0 along a binomial tree */
     STRATA_PLAN_KIND_COUNT
 } strata_plan_kind_t;
 
@@ -122,6 +125,8 @@ typedef enum strata_plan_phase {
     STRATA_PHASE_REDUCE_SCATTER = 1,
     STRATA_PHASE_ALLGATHER = 2,
     STRATA_PHASE_ALLREDUCE = 3, /* both */
+    STRATA_PHASE_BCAST = 4,     /* rank 0's vector to everyone */
+    STRATA_PHASE_REDUCE = 5,    /* everyone's vectors combined on rank 0 */
 } strata_plan_phase_t;
 
 typedef struct strata_xfer {
@@ -137,7 +142,14 @@ typedef struct strata_xfer_plan {
     int nslots;        /* slots used by the whole plan (the same on every rank) */
 } strata_xfer_plan_t;
 
-/* "ring", "ring_tree", "hier"; NULL when out of range. */
+/* Which phases a plan kind serves: the rings and "hier" reduce-scatter, allgather and allreduce;
+ * halving/recursive doubling allreduce; binomial bcast and reduce. The last three mirror the
+ * communicator's flat algorithms of the same names (recursive.c, tree.c) so the model can price
+ * them on a fabric; the communicator executes the first three from their plans. */
+STRATA_API bool strata_plan_kind_serves(strata_plan_kind_t kind, strata_plan_phase_t phase);
+
+/* "ring", "ring_tree", "hier", "halving_doubling", "recursive_doubling", "binomial"; NULL when out
+ * of range. */
 STRATA_API const char *strata_plan_kind_name(strata_plan_kind_t kind);
 
 /* Pipelining of the hierarchical plan: every block is cut into `segments` pieces, piece k
@@ -184,8 +196,8 @@ STRATA_API double strata_netmodel_flows_time(const strata_fabric_t *f, int n, co
 STRATA_API double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_plan_t *p,
                                             size_t esize);
 
-/* Predicted seconds of allreduce / reduce_scatter / allgather (`bytes` as defined at the top) with
- * the plan `kind` on `f`, blocks even; negative for another collective. The hierarchical plan is
+/* Predicted seconds of allreduce / reduce_scatter / allgather / bcast / reduce (`bytes` as defined
+ * at the top) with the plan `kind` on `f`, blocks even; negative when the kind does not serve it. The hierarchical plan is
  * priced over a small grid of pipelines (1..16 segments, staggers 1..4) and the best is returned,
  * with its pipeline in *pipe (may be NULL). The communicator chooses with it; `strata bench`
  * prints it. */

@@ -87,8 +87,8 @@ strata_status_t st_comm_topo_create(strata_comm_t *c)
     int64_t *all = malloc((size_t)n * sizeof mine);
     uint64_t *keys = NULL;
     st_topo_t *t = calloc(1, sizeof *t);
-    strata_status_t rc = all && t ? STRATA_OK
-                                  : st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
+    strata_status_t rc =
+        all && t ? STRATA_OK : st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
     if (rc == STRATA_OK)
         rc = strata_allgather(c, mine, all, 1 + KEYS, STRATA_DTYPE_I64);
     int depth = 1;
@@ -134,8 +134,8 @@ strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *c
     st_topo_t *t = calloc(1, sizeof *t);
     if (!t)
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory placing a split");
-    strata_status_t rc = strata_fabric_subset(&parent->topo->fabric, child->nranks, parent_ranks,
-                                              &t->fabric);
+    strata_status_t rc =
+        strata_fabric_subset(&parent->topo->fabric, child->nranks, parent_ranks, &t->fabric);
     if (rc < 0) {
         free(t);
         return rc;
@@ -159,6 +159,8 @@ double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, s
     int ci = coll == STRATA_COLL_ALLREDUCE        ? 0
              : coll == STRATA_COLL_REDUCE_SCATTER ? 1
              : coll == STRATA_COLL_ALLGATHER      ? 2
+             : coll == STRATA_COLL_BCAST          ? 3
+             : coll == STRATA_COLL_REDUCE         ? 4
                                                   : -1;
     if (ci < 0 || kind < 0 || kind >= STRATA_PLAN_KIND_COUNT)
         return -1;
@@ -168,8 +170,8 @@ double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, s
     st_topo_memo_t *m = &t->memo[ci][kind][bucket];
     if (!m->known) {
         m->pipe = (strata_pipeline_t){1, 1};
-        m->cost = strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize,
-                                              &m->pipe);
+        m->cost =
+            strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize, &m->pipe);
         m->known = true;
     }
     *pipe = m->pipe;

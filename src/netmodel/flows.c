@@ -5,12 +5,13 @@
  *
  * Links: a flow from a to b with lowest common level L leaves a through a's own link of level L
  * (bw of level L, per rank) and, for every level j < L, the uplink of a's level-j unit (capacity
- * size * bw(j+1) / oversub(j+1)); it enters b the same way. Directions are separate (full duplex). */
-#include "base/base.h"
-#include "strata/netmodel.h"
-
+ * size * bw(j+1) / oversub(j+1)); it enters b the same way. Directions are separate (full duplex).
+ */
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "strata/netmodel.h"
 
 static double level_bw(const strata_topo_level_t *lv)
 {
@@ -50,7 +51,8 @@ static bool flow_rates(const strata_fabric_t *f, int n, const int *src, const in
     int *cnt = calloc((size_t)m.total, sizeof *cnt);
     int *usize = calloc((size_t)m.total, sizeof *usize); // members per unit, at its uplink id
     double *cap = malloc((size_t)m.total * sizeof *cap + 1);
-    int *path = malloc((size_t)n * MAX_PATH * sizeof *path + 1), *plen = calloc((size_t)n + 1, sizeof *plen);
+    int *path = malloc((size_t)n * MAX_PATH * sizeof *path + 1),
+        *plen = calloc((size_t)n + 1, sizeof *plen);
     int *used = malloc((size_t)m.total * sizeof *used + 1), nused = 0;
     bool ok = cnt && usize && cap && path && plen && used;
     for (int j = 0; ok && j < m.L; j++)
@@ -243,7 +245,8 @@ static double plan_time_fluid(const strata_fabric_t *f, const strata_xfer_plan_t
     // Per rank: its flows in slot order (rf[rfo[r] .. rfo[r+1])), a cursor, and what is pending.
     int *rfo = calloc((size_t)nr + 1, sizeof *rfo), *rf = malloc((size_t)nf * 2 * sizeof *rf + 1);
     int *cur = calloc((size_t)nr * 2, sizeof *cur), *ready = calloc((size_t)nf + 1, sizeof *ready);
-    int *act = malloc((size_t)nf * sizeof *act + 1), *asrc = malloc((size_t)nf * 2 * sizeof *asrc + 1);
+    int *act = malloc((size_t)nf * sizeof *act + 1),
+        *asrc = malloc((size_t)nf * 2 * sizeof *asrc + 1);
     double *left = malloc((size_t)nf * 4 * sizeof *left + 1);
     double total = -1;
     if (!rfo || !rf || !cur || !ready || !act || !asrc || !left)
@@ -376,8 +379,11 @@ double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
         [STRATA_COLL_ALLREDUCE] = STRATA_PHASE_ALLREDUCE,
         [STRATA_COLL_REDUCE_SCATTER] = STRATA_PHASE_REDUCE_SCATTER,
         [STRATA_COLL_ALLGATHER] = STRATA_PHASE_ALLGATHER,
+        [STRATA_COLL_BCAST] = STRATA_PHASE_BCAST,
+        [STRATA_COLL_REDUCE] = STRATA_PHASE_REDUCE,
     };
-    if (coll < 0 || coll >= STRATA_COLL_COUNT || !phase_of[coll] || esize == 0)
+    if (coll < 0 || coll >= STRATA_COLL_COUNT || !phase_of[coll] || esize == 0 ||
+        !strata_plan_kind_serves(kind, phase_of[coll]))
         return -1;
     const int n = f->nranks, max_segs = kind == STRATA_PLAN_HIER ? 16 : 1;
     size_t count = (size_t)(bytes / (double)esize);

@@ -16,11 +16,11 @@
  *        column j: a_j <-> b_j        (a quarter crosses the spine, four flows at once)
  *        ring AG inside A, inside B
  */
-#include "base/base.h"
-#include "strata/netmodel.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "strata/netmodel.h"
 
 typedef struct planner {
     const strata_fabric_t *f;
@@ -33,8 +33,26 @@ typedef struct planner {
 
 const char *strata_plan_kind_name(strata_plan_kind_t kind)
 {
-    static const char *const names[] = {"ring", "ring_tree", "hier"};
+    static const char *const names[] = {
+        "ring", "ring_tree", "hier", "halving_doubling", "recursive_doubling", "binomial"};
     return kind >= 0 && kind < STRATA_PLAN_KIND_COUNT ? names[kind] : NULL;
+}
+
+bool strata_plan_kind_serves(strata_plan_kind_t kind, strata_plan_phase_t phase)
+{
+    switch (kind) {
+    case STRATA_PLAN_RING:
+    case STRATA_PLAN_RING_TREE:
+    case STRATA_PLAN_HIER:
+        return phase >= STRATA_PHASE_REDUCE_SCATTER && phase <= STRATA_PHASE_ALLREDUCE;
+    case STRATA_PLAN_HALVING_DOUBLING:
+    case STRATA_PLAN_RECURSIVE_DOUBLING:
+        return phase == STRATA_PHASE_ALLREDUCE;
+    case STRATA_PLAN_BINOMIAL:
+        return phase == STRATA_PHASE_BCAST || phase == STRATA_PHASE_REDUCE;
+    default:
+        return false;
+    }
 }
 
 void strata_xfer_plan_free(strata_xfer_plan_t *p)
@@ -48,9 +66,10 @@ void strata_xfer_plan_free(strata_xfer_plan_t *p)
 /* Appends a transfer of block b. `join` (the next block of the same bin of the same ring step)
  * lets contiguous blocks travel as one message; it depends only on the step, never on the rank
  * filter, so sender and receiver cut their messages alike. */
-static void emit(planner_t *P, int slot, int src, int dst, int b, bool reduce, bool join)
+static void emit_range(planner_t *P, int slot, int src, int dst, size_t off, size_t len,
+                       bool reduce, bool join)
 {
-    if (!P->len[b] || (P->me >= 0 && src != P->me && dst != P->me) || P->rc < 0)
+    if (!len || (P->me >= 0 && src != P->me && dst != P->me) || P->rc < 0)
         return;
     strata_xfer_plan_t *o = P->out;
     if (slot + 1 > o->nslots)
@@ -58,8 +77,8 @@ static void emit(planner_t *P, int slot, int src, int dst, int b, bool reduce, b
     if (o->n && join) {
         strata_xfer_t *last = &o->x[o->n - 1];
         if (last->slot == slot && last->src == src && last->dst == dst && last->reduce == reduce &&
-            last->off + last->len == P->off[b]) {
-            last->len += P->len[b];
+            last->off + last->len == off) {
+            last->len += len;
             return;
         }
     }
@@ -73,7 +92,91 @@ static void emit(planner_t *P, int slot, int src, int dst, int b, bool reduce, b
         o->x = x;
         o->cap = cap;
     }
-    o->x[o->n++] = (strata_xfer_t){slot, src, dst, P->off[b], P->len[b], reduce};
+    o->x[o->n++] = (strata_xfer_t){slot, src, dst, off, len, reduce};
+}
+
+static void emit(planner_t *P, int slot, int src, int dst, int b, bool reduce, bool join)
+{
+    emit_range(P, slot, src, dst, P->off[b], P->len[b], reduce, join);
+}
+
+/* ---- the flat algorithms' patterns (recursive.c, tree.c), on a vector of `count` elements ---- */
+
+static int floor_pow2(int n)
+{
+    int p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    return p;
+}
+
+/* Extra ranks of a non-power-of-two count fold in first (rank p2+i hands its vector to i) and get
+ * the result back last. Returns p2. */
+static int fold(planner_t *P, int n, size_t count, bool in, int slot)
+{
+    int p2 = floor_pow2(n);
+    for (int i = 0; i + p2 < n; i++)
+        emit_range(P, slot, in ? i + p2 : i, in ? i : i + p2, 0, count, in, false);
+    return p2;
+}
+
+static void halving_doubling(planner_t *P, int n, size_t count)
+{
+    int p2 = fold(P, n, count, true, 0), steps = 0;
+    while ((1 << steps) < p2)
+        steps++;
+    for (int r = 0; r < p2; r++) {
+        size_t l = 0, h = count, lo[32], hi[32];
+        for (int k = 0; k < steps; k++) { // halving: send the half the partner keeps
+            int d = p2 >> (k + 1);
+            size_t mid = l + (h - l) / 2;
+            size_t sl = (r & d) ? l : mid, sh = (r & d) ? mid : h;
+            emit_range(P, 1 + k, r, r ^ d, sl, sh - sl, true, false);
+            lo[k] = l;
+            hi[k] = h;
+            l = (r & d) ? mid : l;
+            h = (r & d) ? h : mid;
+        }
+        for (int k = steps - 1; k >= 0; k--) { // doubling: send what this rank holds
+            emit_range(P, 1 + 2 * steps - 1 - k, r, r ^ (p2 >> (k + 1)), l, h - l, false, false);
+            l = lo[k];
+            h = hi[k];
+        }
+    }
+    fold(P, n, count, false, 1 + 2 * steps);
+}
+
+static void recursive_doubling(planner_t *P, int n, size_t count)
+{
+    int p2 = fold(P, n, count, true, 0), k = 0;
+    for (int d = 1; d < p2; d <<= 1, k++)
+        for (int r = 0; r < p2; r++)
+            emit_range(P, 1 + k, r, r ^ d, 0, count, true, false);
+    fold(P, n, count, false, 1 + k);
+}
+
+static int popcount(int v)
+{
+    int c = 0;
+    for (; v; v &= v - 1)
+        c++;
+    return c;
+}
+
+/* Binomial tree from rank 0: node v's parent is v minus its lowest set bit. A bcast edge leaves a
+ * node in slot popcount(parent); a reduce edge in slot depth - popcount(child). */
+static void binomial(planner_t *P, int n, size_t count, bool reduce)
+{
+    int depth = 0;
+    for (int v = 0; v < n; v++)
+        depth = popcount(v) > depth ? popcount(v) : depth;
+    for (int v = 1; v < n; v++) {
+        int parent = v & (v - 1);
+        if (reduce)
+            emit_range(P, depth - popcount(v), v, parent, 0, count, true, false);
+        else
+            emit_range(P, popcount(parent), parent, v, 0, count, false, false);
+    }
 }
 
 /* A ring among R[0..m) over bins: block blocks[i] belongs to bin binof[i] (a ring position).
@@ -328,7 +431,8 @@ strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_ki
         return st_error(STRATA_ERR_NO_MEMORY, "transfer plan: out of memory");
     }
     int *blocks = S + n, *order = S + 2 * n, k = 0;
-    plan_order(f, kind, S);
+    plan_order(
+        f, kind == STRATA_PLAN_RING_TREE || kind == STRATA_PLAN_HIER ? kind : STRATA_PLAN_RING, S);
     for (int b = 0; b < n; b++)
         blocks[b] = b;
     planner_t P = {.f = f, .scratch = scratch};
@@ -359,9 +463,23 @@ strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kin
     memset(out, 0, sizeof *out);
     const int n = f->nranks, segments = pipeline_segments(kind, pipe);
     int stagger = pipe ? pipe->stagger : 1;
-    if (kind < 0 || kind >= STRATA_PLAN_KIND_COUNT || phase < 1 || phase > 3 || segments < 1 ||
-        stagger < 1 || only_rank >= n)
+    if (!strata_plan_kind_serves(kind, phase) || segments < 1 || stagger < 1 || only_rank >= n)
         return st_error(STRATA_ERR_INVALID_ARG, "transfer plan: bad kind, phase or pipeline");
+    if (kind >= STRATA_PLAN_HALVING_DOUBLING) { // the flat patterns: one vector from offset 0
+        size_t count = 0;
+        for (int b = 0; b < n; b++)
+            count += len[b];
+        planner_t P = {.f = f, .me = only_rank, .out = out};
+        if (kind == STRATA_PLAN_HALVING_DOUBLING)
+            halving_doubling(&P, n, count);
+        else if (kind == STRATA_PLAN_RECURSIVE_DOUBLING)
+            recursive_doubling(&P, n, count);
+        else
+            binomial(&P, n, count, phase == STRATA_PHASE_REDUCE);
+        if (P.rc < 0)
+            strata_xfer_plan_free(out);
+        return P.rc;
+    }
     int *S = malloc((size_t)n * 3 * sizeof *S), *scratch = scratch_new(n);
     if (!S || !scratch) {
         free(S);

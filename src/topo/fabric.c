@@ -1,12 +1,12 @@
 /* Fabrics: where the ranks of one job sit in the tree of levels (topo.h). Built from path strings
  * ("zone1/rack3/host7") or from per-level unit keys, subset for split communicators, ordered so
  * every unit is contiguous. Costs are not here: netmodel prices what runs on a fabric. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/base.h"
 #include "strata/netmodel.h"
 #include "strata/topo.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 void strata_fabric_default_levels(int nlevels, strata_topo_t *out)
 {
@@ -18,7 +18,8 @@ void strata_fabric_default_levels(int nlevels, strata_topo_t *out)
                                   .bw_Bps = 1.0 / k->beta_s_per_b,
                                   .latency_s = k->alpha_s,
                                   .oversub = 1,
-                                  .link_class = l == 0 ? STRATA_LINK_SCALE_UP : STRATA_LINK_SCALE_OUT};
+                                  .link_class =
+                                      l == 0 ? STRATA_LINK_SCALE_UP : STRATA_LINK_SCALE_OUT};
         snprintf(lv.name, sizeof lv.name, l == 0 ? "host" : "tier%d", l);
         out->level[out->nlevels++] = lv;
     }
@@ -62,7 +63,8 @@ static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys, int str
     for (int l = L - 1; l >= 0; l--) {
         int nu = 0;
         for (int r = 0; r < n; r++) {
-            uint64_t k = l == L - 1 || l >= stride ? 0 : keys[(size_t)r * (size_t)stride + (size_t)l];
+            uint64_t k =
+                l == L - 1 || l >= stride ? 0 : keys[(size_t)r * (size_t)stride + (size_t)l];
             if (l < L - 1) // nest inside the outer unit
                 k = k * 0x9e3779b97f4a7c15ull + (uint64_t)f->unit[(l + 1) * n + r] + 1;
             int u = 0;
@@ -101,7 +103,8 @@ strata_status_t strata_topo_path_keys(const char *path, uint64_t keys[STRATA_TOP
 {
     const char *comp[STRATA_TOPO_MAX_LEVELS];
     size_t len[STRATA_TOPO_MAX_LEVELS];
-    const char *p = path && *path == '/' ? path + 1 : path; // "/dc0/rack1/n7" as strata place writes
+    const char *p =
+        path && *path == '/' ? path + 1 : path; // "/dc0/rack1/n7" as strata place writes
     int d = 0;
     bool bad = !p || !*p;
     while (!bad && *p) {
@@ -149,8 +152,9 @@ strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
     }
     if (depth > topo->nlevels) {
         free(keys);
-        return st_error(STRATA_ERR_INVALID_ARG, "fabric: paths are %d deep but the tree has %d levels",
-                        depth, topo->nlevels);
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "fabric: paths are %d deep but the tree has %d levels", depth,
+                        topo->nlevels);
     }
     strata_status_t rc = strata_fabric_from_keys(topo, nranks, keys, STRATA_TOPO_MAX_LEVELS, out);
     free(keys);
@@ -166,7 +170,8 @@ strata_status_t strata_fabric_subset(const strata_fabric_t *f, int n, const int 
         return st_error(STRATA_ERR_NO_MEMORY, "fabric: out of memory");
     for (int i = 0; i < n; i++)
         for (int l = 0; l < L; l++)
-            keys[(size_t)i * (size_t)L + (size_t)l] = (uint64_t)strata_fabric_unit(f, l, members[i]);
+            keys[(size_t)i * (size_t)L + (size_t)l] =
+                (uint64_t)strata_fabric_unit(f, l, members[i]);
     strata_status_t rc = strata_fabric_from_keys(&f->topo, n, keys, L, out);
     free(keys);
     return rc;

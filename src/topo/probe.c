@@ -2,11 +2,12 @@
  * one-way stream for bandwidth, and concurrent streams across one uplink for oversubscription.
  * Every measurement runs between barriers so the rest of the job stays quiet; results are
  * broadcast from the measuring rank so every rank returns the same tree. */
-#include "base/base.h"
 #include "strata/probe.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
 
 enum { TAG_PING = 0x5001, TAG_DATA, TAG_ACK };
 

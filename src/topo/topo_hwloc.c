@@ -1,12 +1,12 @@
 /* The local host's shape from hwloc: packages (sockets), NUMA nodes, cores and hardware threads,
  * and the levels strata derives from it. hwloc does the discovery; this file only counts. */
-#include "base/base.h"
-#include "strata/netmodel.h"
-#include "strata/topo.h"
-
 #include <hwloc.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "strata/netmodel.h"
+#include "strata/topo.h"
 
 strata_status_t strata_host_shape(strata_host_shape_t *out)
 {

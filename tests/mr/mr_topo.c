@@ -18,11 +18,12 @@ typedef struct layout {
 
 static const layout_t layouts[] = {
     {2, {"ra/h0", "rb/h1"}},
-    {3, {"r0/h0", "r0/h0", "r1/h1"}},                                   // lone host in a rack
-    {5, {"r0/h0", "r1/h1", "r0/h0", "r0/h2", "r1/h1"}},                 // racks of 3 and 2
+    {3, {"r0/h0", "r0/h0", "r1/h1"}},                                      // lone host in a rack
+    {5, {"r0/h0", "r1/h1", "r0/h0", "r0/h2", "r1/h1"}},                    // racks of 3 and 2
     {8, {"a/h0", "b/h4", "a/h1", "b/h5", "a/h2", "b/h6", "a/h3", "b/h7"}}, // round-robin racks
-    {8, {"z0/r0/h0", "z0/r0/h0", "z0/r1/h1", "z1/r2/h2", "z1/r2/h2", "z1/r3/h3", "z0/r1/h4",
-         "z1/r3/h3"}},                                                   // 3 levels, uneven
+    {8,
+     {"z0/r0/h0", "z0/r0/h0", "z0/r1/h1", "z1/r2/h2", "z1/r2/h2", "z1/r3/h3", "z0/r1/h4",
+      "z1/r3/h3"}}, // 3 levels, uneven
 };
 
 static int place(int rank, const layout_t *lay)
@@ -91,7 +92,8 @@ static int collectives(int rank, int n, void *arg)
     const size_t counts[] = {0, 1, 7, 1001, 70001};
     uint64_t seed = 900;
     int bad = 0;
-    const char *forced = getenv("STRATA_COMM_ALGO"), *used = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 1 << 20);
+    const char *forced = getenv("STRATA_COMM_ALGO"),
+               *used = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 1 << 20);
     if (n > 1 && forced && !strstr(forced, used))
         return ST_RANK_FAIL("allreduce runs %s, not the forced %s", used, forced);
     for (size_t k = 0; k < sizeof counts / sizeof counts[0] && !bad; k++, seed++) {
@@ -130,13 +132,15 @@ static void test_hier(void **state)
 static void test_ring_tree(void **state)
 {
     (void)state;
-    run_layouts("STRATA_COMM_ALGO=allreduce:ring_tree,reduce_scatter:ring_tree,allgather:ring_tree");
+    run_layouts(
+        "STRATA_COMM_ALGO=allreduce:ring_tree,reduce_scatter:ring_tree,allgather:ring_tree");
 }
 
 static void test_hier_tcp(void **state)
 {
     (void)state;
-    st_ranks_opts_t o = {.deadline_ms = 120000, .expect_fail_rank = -1,
+    st_ranks_opts_t o = {.deadline_ms = 120000,
+                         .expect_fail_rank = -1,
                          .extra_env = "STRATA_COMM_TRANSPORT=tcp;STRATA_COMM_ALGO=allreduce:hier,"
                                       "reduce_scatter:hier,allgather:hier"};
     if (st_test_ranks(layouts[2].n, collectives, (void *)&layouts[2], &o) != 0)

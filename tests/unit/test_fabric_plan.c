@@ -2,14 +2,14 @@
  * (ring, ring in tree order, hierarchical, pipelined) executed by a serial simulator that checks
  * the result against the plain sum and that no slot reads what it writes. Also the cost model's
  * ordering of the plans on an oversubscribed two-rack fabric. */
-#include "harness/st_test.h"
-#include "strata/netmodel.h"
-#include "strata/topo.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "harness/st_test.h"
+#include "strata/netmodel.h"
+#include "strata/topo.h"
 
 static void levels3(strata_topo_t *t, double oversub)
 {
@@ -59,8 +59,8 @@ static void test_paths_and_order(void **state)
                      STRATA_ERR_INVALID_ARG);
     // The outermost unit may be named, with a leading '/' as strata place writes paths.
     strata_fabric_default_levels(3, &t);
-    assert_int_equal(strata_fabric_from_paths(&t, 3, (const char *[]){"/dc/r0/n1", "/dc/r1/n1",
-                                                                      "/dc/r0/n2"}, &f),
+    assert_int_equal(strata_fabric_from_paths(
+                         &t, 3, (const char *[]){"/dc/r0/n1", "/dc/r1/n1", "/dc/r0/n2"}, &f),
                      STRATA_OK);
     assert_int_equal(f.nunits[0], 3);
     assert_int_equal(f.nunits[1], 2);
@@ -70,7 +70,7 @@ static void test_paths_and_order(void **state)
 
 /* Runs a plan serially: vec[r][i] per rank. Fails on a slot that both reads and writes one
  * element of a rank, or on a transfer outside the vector. */
-static void simulate(const strata_xfer_plan_t *p, int n, size_t count, double **vec)
+static void simulate(const strata_xfer_plan_t *p, int n, size_t count, double **vec, bool strict)
 {
     int maxslot = 0;
     for (int i = 0; i < p->n; i++)
@@ -97,7 +97,7 @@ static void simulate(const strata_xfer_plan_t *p, int n, size_t count, double **
                 continue;
             for (size_t e = 0; e < x->len; e++) {
                 unsigned char *t = &touch[(size_t)x->dst * count + x->off + e];
-                if (*t) // read by a send of this slot, or written twice
+                if (*t && strict) // read by a send of this slot, or written twice
                     fail_msg("slot %d: rank %d element %zu both sent and received", s, x->dst,
                              x->off + e);
                 *t = 2;
@@ -142,8 +142,7 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
     int mine_total = 0;
     for (int r = 0; r < n; r++) {
         strata_xfer_plan_t mine;
-        assert_int_equal(strata_xfer_plan_build(f, kind, ph, off, len, &pipe, r, &mine),
-                         STRATA_OK);
+        assert_int_equal(strata_xfer_plan_build(f, kind, ph, off, len, &pipe, r, &mine), STRATA_OK);
         int k = 0;
         for (int i = 0; i < all.n; i++)
             if (all.x[i].src == r || all.x[i].dst == r) {
@@ -163,12 +162,12 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
     if (regular && kind != STRATA_PLAN_RING && all.n > n * all.nslots * K)
         fail_msg("%s: %d transfers in %d slots on %d ranks", strata_plan_kind_name(kind), all.n,
                  all.nslots, n);
-    simulate(&all, n, count, vec);
+    simulate(&all, n, count, vec, true);
     for (int r = 0; r < n; r++)
         for (size_t i = 0; i < count; i++) {
             int b = owner[i];
-            double want = ph == STRATA_PHASE_ALLGATHER ? (double)((b + 1) * 1000 + (int)i % 997)
-                                                      : sum[i];
+            double want =
+                ph == STRATA_PHASE_ALLGATHER ? (double)((b + 1) * 1000 + (int)i % 997) : sum[i];
             if (ph == STRATA_PHASE_REDUCE_SCATTER && b != r)
                 continue;
             if (vec[r][i] != want)
@@ -183,11 +182,77 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
     free(owner);
 }
 
+/* The flat algorithms' patterns, priced on fabrics (the communicator runs its own schedules for
+ * them): executed with start-of-slot snapshots they give the right answer. */
+static void test_flat_patterns(void **state)
+{
+    (void)state;
+    const strata_plan_phase_t phases[] = {STRATA_PHASE_ALLREDUCE, STRATA_PHASE_ALLREDUCE,
+                                          STRATA_PHASE_BCAST, STRATA_PHASE_REDUCE};
+    const strata_plan_kind_t kinds[] = {STRATA_PLAN_HALVING_DOUBLING,
+                                        STRATA_PLAN_RECURSIVE_DOUBLING, STRATA_PLAN_BINOMIAL,
+                                        STRATA_PLAN_BINOMIAL};
+    for (int n = 1; n <= 11; n++) {
+        const char *paths[11];
+        char names[11][16];
+        for (int r = 0; r < n; r++) {
+            snprintf(names[r], sizeof names[r], "r%d/h%d", r % 2, r);
+            paths[r] = names[r];
+        }
+        strata_fabric_t f;
+        make(paths, n, 3, &f);
+        for (int t = 0; t < 4; t++) {
+            assert_true(strata_plan_kind_serves(kinds[t], phases[t]));
+            assert_false(strata_plan_kind_serves(kinds[t], STRATA_PHASE_ALLGATHER));
+            size_t len[11], off[11], count = 0;
+            for (int b = 0; b < n; b++) {
+                len[b] = (size_t)(b % 3 + 1);
+                off[b] = count;
+                count += len[b];
+            }
+            double **vec = malloc((size_t)n * sizeof *vec), *sum = calloc(count, sizeof *sum);
+            for (int r = 0; r < n; r++) {
+                vec[r] = malloc(count * sizeof(double));
+                for (size_t i = 0; i < count; i++) {
+                    vec[r][i] = (double)((r + 1) * 100 + (int)i);
+                    sum[i] += vec[r][i];
+                }
+            }
+            strata_xfer_plan_t p;
+            assert_int_equal(
+                strata_xfer_plan_build(&f, kinds[t], phases[t], off, len, NULL, -1, &p), STRATA_OK);
+            simulate(&p, n, count, vec, false);
+            for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < count; i++) {
+                    double want = phases[t] == STRATA_PHASE_BCAST ? (double)(100 + (int)i) : sum[i];
+                    if (phases[t] == STRATA_PHASE_REDUCE && r != 0)
+                        continue;
+                    if (vec[r][i] != want)
+                        fail_msg("%s phase %d on %d ranks: rank %d element %zu is %g, want %g",
+                                 strata_plan_kind_name(kinds[t]), phases[t], n, r, i, vec[r][i],
+                                 want);
+                }
+            assert_true(strata_netmodel_fabric_cost(
+                            &f,
+                            phases[t] == STRATA_PHASE_BCAST    ? STRATA_COLL_BCAST
+                            : phases[t] == STRATA_PHASE_REDUCE ? STRATA_COLL_REDUCE
+                                                               : STRATA_COLL_ALLREDUCE,
+                            kinds[t], 4096, 4, NULL) >= 0);
+            strata_xfer_plan_free(&p);
+            for (int r = 0; r < n; r++)
+                free(vec[r]);
+            free(vec);
+            free(sum);
+        }
+        strata_fabric_free(&f);
+    }
+}
+
 static void check_all_plans(const char *const *paths, int n, int nlevels, bool regular)
 {
     strata_fabric_t f;
     make(paths, n, nlevels, &f);
-    for (int k = 0; k < STRATA_PLAN_KIND_COUNT; k++)
+    for (int k = 0; k <= STRATA_PLAN_HIER; k++)
         for (int ph = 1; ph <= 3; ph++)
             for (int segs = 1; segs <= 3; segs += 2)
                 for (size_t m = 0; m <= 9; m += 9)
@@ -213,9 +278,8 @@ static void test_plans_irregular(void **state)
 {
     (void)state;
     // Racks of 3 and 5 hosts, hosts of 1..3 ranks, a lone host in its own rack, 3 levels deep.
-    const char *odd[] = {"z0/r0/h0", "z0/r0/h0", "z0/r0/h1", "z0/r1/h2", "z0/r1/h2",
-                         "z0/r1/h2", "z1/r2/h3", "z1/r3/h4", "z1/r3/h5", "z1/r3/h5",
-                         "z0/r1/h6"};
+    const char *odd[] = {"z0/r0/h0", "z0/r0/h0", "z0/r0/h1", "z0/r1/h2", "z0/r1/h2", "z0/r1/h2",
+                         "z1/r2/h3", "z1/r3/h4", "z1/r3/h5", "z1/r3/h5", "z0/r1/h6"};
     check_all_plans(odd, 11, 4, false);
     const char *lone[] = {"r0/h0", "r0/h0", "r0/h0", "r1/h1"};
     check_all_plans(lone, 4, 3, false);
@@ -241,8 +305,10 @@ static void test_cluster_hosts(void **state)
                          " {\"name\": \"rack\", \"fanout\": 4, \"bandwidth_GBps\": 1},\n"
                          " {\"name\": \"spine\", \"fanout\": 2, \"bandwidth_GBps\": 1}],\n";
     char text[1024];
-    snprintf(text, sizeof text, "%s \"hosts\": [\n  {\"names\": \"n[01-04]\", \"path\": \"r1\"},\n"
-             "  {\"names\": \"n[05-08],gpu9\", \"path\": \"r2\"}]}\n", levels);
+    snprintf(text, sizeof text,
+             "%s \"hosts\": [\n  {\"names\": \"n[01-04]\", \"path\": \"r1\"},\n"
+             "  {\"names\": \"n[05-08],gpu9\", \"path\": \"r2\"}]}\n",
+             levels);
     const char *f = write_tmp(text);
     char path[128];
     assert_int_equal(strata_topo_host_path(f, "n06", path, sizeof path), STRATA_OK);
@@ -288,12 +354,12 @@ static void test_model_orders_plans(void **state)
     assert_int_equal(strata_fabric_from_paths(&t, 8, paths, &f), STRATA_OK);
     double bytes = 64.0 * 1024 * 1024;
     strata_pipeline_t pipe = {0, 0};
-    double oblivious = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING,
-                                                   bytes, 4, NULL);
+    double oblivious =
+        strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING, bytes, 4, NULL);
     double aware = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING_TREE,
                                                bytes, 4, NULL);
-    double hier = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_HIER, bytes,
-                                              4, &pipe);
+    double hier =
+        strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_HIER, bytes, 4, &pipe);
     // A ring step moves bytes/8; the oblivious ring puts 4 flows on each uplink (R/2 shared by
     // 4), the aware ring one: 14 steps of (bytes/8)/(R/8) and of (bytes/8)/(R/2).
     double R = 1e8, step = bytes / 8;
@@ -328,7 +394,8 @@ static void test_model_orders_plans(void **state)
     for (int s = 0; s < p.nslots; s++) {
         int cross = 0;
         for (int i = 0; i < p.n; i++)
-            cross += p.x[i].slot == s && strata_fabric_common_level(&f, p.x[i].src, p.x[i].dst) == 2;
+            cross +=
+                p.x[i].slot == s && strata_fabric_common_level(&f, p.x[i].src, p.x[i].dst) == 2;
         assert_int_equal(cross, 2);
     }
     strata_xfer_plan_free(&p);
@@ -338,11 +405,9 @@ static void test_model_orders_plans(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_and_order),
-        cmocka_unit_test(test_plans_regular),
-        cmocka_unit_test(test_plans_irregular),
-        cmocka_unit_test(test_cluster_hosts),
-        cmocka_unit_test(test_model_orders_plans),
+        cmocka_unit_test(test_paths_and_order), cmocka_unit_test(test_plans_regular),
+        cmocka_unit_test(test_plans_irregular), cmocka_unit_test(test_flat_patterns),
+        cmocka_unit_test(test_cluster_hosts),   cmocka_unit_test(test_model_orders_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,25 +1,27 @@
 /* `strata probe`: measures latency, bandwidth and uplink oversubscription at every level of the
- * job's fabric and writes a calibrated cluster file (run it under a launcher, one rank per slot). */
+ * job's fabric and writes a calibrated cluster file (run it under a launcher, one rank per slot).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strata/cmd.h"
-#include "strata/strata.h"
 #include "strata/netmodel.h"
+#include "strata/strata.h"
 #include "strata/topo.h"
 
 static int usage(int rc)
 {
-    fprintf(rc ? stderr : stdout,
-            "usage: strata probe [--bytes SIZE] [--iters N] [--lat-iters N] [--out FILE] [--json]\n"
-            "  run under a launcher: strata launch -n 8 -- strata probe --out cluster.json\n"
-            "  --bytes SIZE     bandwidth message size, K/M suffixes (default 4M)\n"
-            "  --iters N        bandwidth messages per test (default 8)\n"
-            "  --lat-iters N    ping-pongs per latency test (default 200)\n"
-            "  --out FILE       write the measured fabric as a cluster file (STRATA_TOPO_FILE)\n"
-            "  --json           print the measurements as one JSON object\n"
-            "The ranks' places come from STRATA_TOPO_PATH / STRATA_TOPO_FILE (else their hosts).\n");
+    fprintf(
+        rc ? stderr : stdout,
+        "usage: strata probe [--bytes SIZE] [--iters N] [--lat-iters N] [--out FILE] [--json]\n"
+        "  run under a launcher: strata launch -n 8 -- strata probe --out cluster.json\n"
+        "  --bytes SIZE     bandwidth message size, K/M suffixes (default 4M)\n"
+        "  --iters N        bandwidth messages per test (default 8)\n"
+        "  --lat-iters N    ping-pongs per latency test (default 200)\n"
+        "  --out FILE       write the measured fabric as a cluster file (STRATA_TOPO_FILE)\n"
+        "  --json           print the measurements as one JSON object\n"
+        "The ranks' places come from STRATA_TOPO_PATH / STRATA_TOPO_FILE (else their hosts).\n");
     return rc;
 }
 
@@ -111,8 +113,7 @@ int cmd_probe(int argc, char **argv)
                 char pair[32];
                 snprintf(pair, sizeof pair, "%d-%d", p->a, p->b);
                 printf("%-8s %9s %12.1f %14.1f %6d %14.1f %8.2f\n", r.topo.level[l].name, pair,
-                       p->latency_s * 1e6, p->bw_Bps / 1e6, p->pairs, p->agg_Bps / 1e6,
-                       p->oversub);
+                       p->latency_s * 1e6, p->bw_Bps / 1e6, p->pairs, p->agg_Bps / 1e6, p->oversub);
             }
         }
         if (out) {

@@ -27,7 +27,7 @@ typedef struct st_topo_memo {
 typedef struct st_topo {
     strata_fabric_t fabric;
     bool multi; /* some level splits the communicator: topology-aware plans differ from flat ones */
-    st_topo_memo_t memo[3][STRATA_PLAN_KIND_COUNT][64]; /* [coll][plan][log2 bytes] */
+    st_topo_memo_t memo[5][STRATA_PLAN_KIND_COUNT][64]; /* [coll][plan][log2 bytes] */
 } st_topo_t;
 
 /* Modelled seconds of plan `kind` for `coll` (allreduce, reduce_scatter or allgather) of `bytes`
@@ -62,7 +62,8 @@ typedef struct st_algo {
     strata_algo_t model;  /* its cost in the flat network model */
     bool (*supports)(const st_coll_args_t *a); /* NULL: serves every call */
     strata_status_t (*build)(st_sched_t *s, const st_coll_args_t *a);
-    int plan; /* 1 + strata_plan_kind_t of the same traffic, priced on a fabric (0: flat only) */
+    int plan; /* 1 + strata_plan_kind_t of the same traffic, priced on a fabric (0: flat only;
+                 binomial trees are priced rooted at rank 0) */
 } st_algo_t;
 
 /* The registry (registry.c): all algorithms, grouped by collective. */

@@ -111,7 +111,8 @@ static strata_status_t allreduce_rhd(st_sched_t *s, const st_coll_args_t *a)
         lo[k] = l;
         hi[k] = h;
         if (kh > kl)
-            st_sched_recv_reduce(s, partner, (uint32_t)k + 1, rb + kl * es, in + kl * es, (kh - kl) * es);
+            st_sched_recv_reduce(s, partner, (uint32_t)k + 1, rb + kl * es, in + kl * es,
+                                 (kh - kl) * es);
         if (sh > sl)
             st_sched_send(s, partner, (uint32_t)k + 1, in + sl * es, (sh - sl) * es);
         st_sched_round(s);
@@ -167,11 +168,26 @@ static strata_status_t allgather_bruck(st_sched_t *s, const st_coll_args_t *a)
 }
 
 const st_algo_t st_algo_allreduce_rd = {
-    "recursive_doubling", "log2(n) full-vector exchanges; lowest latency for small messages",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_RECURSIVE_DOUBLING, NULL, allreduce_rd, 0};
+    "recursive_doubling",
+    "log2(n) full-vector exchanges; lowest latency for small messages",
+    STRATA_COLL_ALLREDUCE,
+    STRATA_ALGO_RECURSIVE_DOUBLING,
+    NULL,
+    allreduce_rd,
+    1 + STRATA_PLAN_RECURSIVE_DOUBLING};
 const st_algo_t st_algo_allreduce_rhd = {
-    "halving_doubling", "Rabenseifner: recursive-halving reduce-scatter + doubling allgather",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_HALVING_DOUBLING, NULL, allreduce_rhd, 0};
+    "halving_doubling",
+    "Rabenseifner: recursive-halving reduce-scatter + doubling allgather",
+    STRATA_COLL_ALLREDUCE,
+    STRATA_ALGO_HALVING_DOUBLING,
+    NULL,
+    allreduce_rhd,
+    1 + STRATA_PLAN_HALVING_DOUBLING};
 const st_algo_t st_algo_allgather_bruck = {
-    "bruck", "Bruck allgather: ceil(log2 n) rounds for any n; equal blocks only",
-    STRATA_COLL_ALLGATHER, STRATA_ALGO_RECURSIVE_DOUBLING, uniform_only, allgather_bruck, 0};
+    "bruck",
+    "Bruck allgather: ceil(log2 n) rounds for any n; equal blocks only",
+    STRATA_COLL_ALLGATHER,
+    STRATA_ALGO_RECURSIVE_DOUBLING,
+    uniform_only,
+    allgather_bruck,
+    0};

@@ -66,8 +66,9 @@ double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
     if (al->plan && on_fabric)
         return st_topo_cost(a->topo, a->coll, (strata_plan_kind_t)(al->plan - 1), bytes, a->esize,
                             pipe);
-    if (al->plan > 1 + STRATA_PLAN_RING) // a topology plan on a flat communicator: a plain ring
-        return -1;
+    if (al->plan == 1 + STRATA_PLAN_RING_TREE || al->plan == 1 + STRATA_PLAN_HIER)
+        return -1; // a topology plan on a flat communicator is a plain ring
+
     return strata_netmodel_cost(a->coll, al->model, a->nranks, (double)bytes, link);
 }
 

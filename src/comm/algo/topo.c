@@ -7,11 +7,11 @@
  * Data stays in one working vector per rank: the receive buffer (allreduce, allgather) or a
  * scratch copy of the send buffer (reduce-scatter, whose result block is copied out at the end).
  */
-#include "base/base.h"
-#include "comm/algo/algo.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "comm/algo/algo.h"
 
 static bool has_topo(const st_coll_args_t *a)
 {
@@ -177,13 +177,23 @@ static strata_status_t build_hier(st_sched_t *s, const st_coll_args_t *a)
     return build(s, a, STRATA_PLAN_HIER);
 }
 
-#define TOPO_ALGOS(coll, cname)                                                                    \
-    const st_algo_t st_algo_##cname##_ring_tree = {                                                \
-        "ring_tree", "ring in fabric order: each rack/host contiguous, every uplink crossed twice", \
-        coll, STRATA_ALGO_RING, has_topo, build_ring_tree, 1 + STRATA_PLAN_RING_TREE};             \
-    const st_algo_t st_algo_##cname##_hier = {                                                     \
-        "hier", "hierarchical: reduce-scatter in each level, recurse across the next, pipelined",  \
-        coll, STRATA_ALGO_RING, has_topo, build_hier, 1 + STRATA_PLAN_HIER};
+#define TOPO_ALGOS(coll, cname)                                                           \
+    const st_algo_t st_algo_##cname##_ring_tree = {                                       \
+        "ring_tree",                                                                      \
+        "ring in fabric order: each rack/host contiguous, every uplink crossed twice",    \
+        coll,                                                                             \
+        STRATA_ALGO_RING,                                                                 \
+        has_topo,                                                                         \
+        build_ring_tree,                                                                  \
+        1 + STRATA_PLAN_RING_TREE};                                                       \
+    const st_algo_t st_algo_##cname##_hier = {                                            \
+        "hier",                                                                           \
+        "hierarchical: reduce-scatter in each level, recurse across the next, pipelined", \
+        coll,                                                                             \
+        STRATA_ALGO_RING,                                                                 \
+        has_topo,                                                                         \
+        build_hier,                                                                       \
+        1 + STRATA_PLAN_HIER};
 
 TOPO_ALGOS(STRATA_COLL_ALLREDUCE, allreduce)
 TOPO_ALGOS(STRATA_COLL_REDUCE_SCATTER, reduce_scatter)

@@ -103,15 +103,33 @@ static strata_status_t reduce_rs_gather(st_sched_t *s, const st_coll_args_t *a)
     return s->build_rc;
 }
 
-const st_algo_t st_algo_bcast_binomial = {
-    "binomial", "binomial tree from the root; log2(n) latency", STRATA_COLL_BCAST,
-    STRATA_ALGO_BINOMIAL, NULL, bcast_binomial, 0};
+const st_algo_t st_algo_bcast_binomial = {"binomial",
+                                          "binomial tree from the root; log2(n) latency",
+                                          STRATA_COLL_BCAST,
+                                          STRATA_ALGO_BINOMIAL,
+                                          NULL,
+                                          bcast_binomial,
+                                          1 + STRATA_PLAN_BINOMIAL};
 const st_algo_t st_algo_bcast_scatter_allgather = {
-    "scatter_allgather", "root scatters blocks, ring allgather; for large messages",
-    STRATA_COLL_BCAST, STRATA_ALGO_SCATTER_ALLGATHER, NULL, bcast_scatter_allgather, 0};
-const st_algo_t st_algo_reduce_binomial = {
-    "binomial", "binomial tree towards the root; log2(n) latency", STRATA_COLL_REDUCE,
-    STRATA_ALGO_BINOMIAL, NULL, reduce_binomial, 0};
+    "scatter_allgather",
+    "root scatters blocks, ring allgather; for large messages",
+    STRATA_COLL_BCAST,
+    STRATA_ALGO_SCATTER_ALLGATHER,
+    NULL,
+    bcast_scatter_allgather,
+    0};
+const st_algo_t st_algo_reduce_binomial = {"binomial",
+                                           "binomial tree towards the root; log2(n) latency",
+                                           STRATA_COLL_REDUCE,
+                                           STRATA_ALGO_BINOMIAL,
+                                           NULL,
+                                           reduce_binomial,
+                                           1 + STRATA_PLAN_BINOMIAL};
 const st_algo_t st_algo_reduce_rs_gather = {
-    "reduce_scatter_gather", "ring reduce-scatter, then gather to the root; for large messages",
-    STRATA_COLL_REDUCE, STRATA_ALGO_REDUCE_SCATTER_GATHER, NULL, reduce_rs_gather, 0};
+    "reduce_scatter_gather",
+    "ring reduce-scatter, then gather to the root; for large messages",
+    STRATA_COLL_REDUCE,
+    STRATA_ALGO_REDUCE_SCATTER_GATHER,
+    NULL,
+    reduce_rs_gather,
+    0};
