@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "model/vecmath.h"
 
+ST_VEC_CLONES
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH;
@@ -23,25 +25,20 @@ void st_attention_forward(float *out, float *att, const float *qkv, int B, int T
             st_sgemm(0, 1, T, T, hs, scale, q, ld, k, ld, 0.f, p, T);
             for (int i = 0; i < T; i++) {
                 float *row = p + (size_t)i * T;
-                float mx = -INFINITY;
+                float mx = st_max(row, i + 1);
                 for (int j = 0; j <= i; j++)
-                    mx = row[j] > mx ? row[j] : mx;
-                float sum = 0.f;
-                for (int j = 0; j <= i; j++) {
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = 1.f / sum;
+                    row[j] = st_exp(row[j] - mx);
+                float inv = 1.f / st_sum(row, i + 1);
                 for (int j = 0; j <= i; j++)
                     row[j] *= inv;
-                for (int j = i + 1; j < T; j++)
-                    row[j] = 0.f;
+                memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
             }
             // out[T,hs] (row stride C) = p[T,T] v[T,hs]
             st_sgemm(0, 0, T, hs, T, 1.f, p, T, v, ld, 0.f, out + (size_t)b * T * C + h * hs, C);
         }
 }
 
+ST_VEC_CLONES
 void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH)
 {
@@ -66,13 +63,10 @@ void st_attention_backward(float *dqkv, float *scratch, const float *dout, const
             for (int i = 0; i < T; i++) {
                 const float *pr = p + (size_t)i * T;
                 float *dr = dp + (size_t)i * T;
-                float dot = 0.f;
-                for (int j = 0; j <= i; j++)
-                    dot += pr[j] * dr[j];
+                float dot = st_dot(pr, dr, i + 1);
                 for (int j = 0; j <= i; j++)
                     dr[j] = pr[j] * (dr[j] - dot);
-                for (int j = i + 1; j < T; j++)
-                    dr[j] = 0.f;
+                memset(dr + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
             }
             // dq = scale * ds k ; dk = scale * ds^T q
             st_sgemm(0, 0, T, hs, T, scale, dp, T, k, ld, 0.f, dq, ld);
