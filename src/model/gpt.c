@@ -355,7 +355,7 @@ double strata_model_flops_per_token(const strata_gpt_t *m, int T)
     const strata_gpt_config_t *c = &m->cfg;
     double C = c->d_model, F = c->d_ff, L = c->n_layer;
     double matmul = L * (3 * C * C + C * C + 2 * C * F) + (double)c->vocab * C; // incl. the head
-    double attn = L * 2.0 * T * C;                                               // qk^T and att v
+    double attn = L * 2.0 * T * C; // qk^T and att v, dense
     return 6.0 * matmul + 6.0 * attn;
 }
 
