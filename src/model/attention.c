@@ -4,9 +4,9 @@
  * The products run as sgemm on blocks of ATT_BLOCK query rows: rows [r0, r0 + rows) attend to keys
  * [0, r0 + rows) only, so a block skips the keys that lie wholly above the diagonal. At T = 128
  * that is a quarter of the dense work (approaching a half at long T), while every sgemm stays large
- * enough (>= 64 x 32 x 32) to run near the BLAS peak; entries above the diagonal inside the diagonal
- * block are computed and then overwritten with zeros. Rows of P are stored whole (zeros to T), so
- * att is the full T x T matrix whatever the blocking. */
+ * enough (>= 64 x 32 x 32) to run near the BLAS peak; entries above the diagonal inside the
+ * diagonal block are computed and then overwritten with zeros. Rows of P are stored whole (zeros
+ * to T), so att is the full T x T matrix whatever the blocking. */
 #include <math.h>
 #include <string.h>
 
@@ -94,9 +94,10 @@ void st_attention_backward(float *dqkv, float *scratch, const float *dout, const
             for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
                 int cols = min_int(ATT_BLOCK, T - c0), n = T - c0;
                 size_t at = (size_t)c0 * T + c0;
-                // dv[cols, hs] = p[n, cols]^T d[n, hs] ; dk[cols, hs] = scale * ds[n, cols]^T q[n, hs]
+                // dv[cols, hs] = p[n, cols]^T d[n, hs]
                 st_sgemm(1, 0, cols, hs, n, 1.f, p + at, T, d + (size_t)c0 * C, C, 0.f,
                          dv + (size_t)c0 * ld, ld);
+                // dk[cols, hs] = scale * ds[n, cols]^T q[n, hs]
                 st_sgemm(1, 0, cols, hs, n, scale, ds + at, T, q + (size_t)c0 * ld, ld, 0.f,
                          dk + (size_t)c0 * ld, ld);
             }

@@ -64,7 +64,7 @@ void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
         const float *x = inp + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], s = rstd[n];
-        // Two reductions, mean of dnorm and mean of dnorm * norm, in ST_LANES lanes each (vecmath.h).
+        // Two reductions, mean of dnorm and mean of dnorm * norm, in lanes (vecmath.h).
         float a1[ST_LANES] = {0}, a2[ST_LANES] = {0};
         int i = 0;
         for (; i + ST_LANES <= C; i += ST_LANES)

@@ -9,8 +9,8 @@
  *  - st_sum / st_max / st_dot reduce with ST_LANES fixed lanes, combined in a fixed order, so the
  *    result is the same whichever clone runs (and the loops vectorise without reassociation);
  *  - ST_VEC_CLONES makes GCC emit an AVX2 clone of a hot function next to the baseline one and pick
- *    at load time (target_clones, an ifunc). ISO C mode (-std=c11) implies -ffp-contract=off, so the
- *    AVX2 clone does not fuse multiply-adds: both clones compute bit-identical values. */
+ *    at load time (target_clones, an ifunc). ISO C mode (-std=c11) implies -ffp-contract=off,
+ *    so the AVX2 clone does not fuse multiply-adds: both clones compute bit-identical values. */
 #ifndef ST_MODEL_VECMATH_H
 #define ST_MODEL_VECMATH_H
 
