@@ -30,7 +30,11 @@ import json,sys
 r=[json.loads(l) for l in open('$tmp/m.jsonl')][$warm:]
 print('%.1f' % (len(r)*$batch*$seq/sum(x['step_s'] for x in r)))")
 echo "strata tokens/s: $s"
-t=$(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/train_vs_torch.py --threads "$threads" \
+# Debian's torch runs its own OpenMP pool next to the (pthreads) OpenBLAS it calls for matmuls;
+# with the default active wait, idle OpenMP threads spin on the cores OpenBLAS's threads need, which
+# at 2 threads halved torch's throughput here (1959 vs 4373 tokens/s). PASSIVE makes torch's best
+# case the baseline; at 1 thread it changes nothing.
+t=$(OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_vs_torch.py --threads "$threads" \
     --layers "$layers" --heads "$heads" --dim "$dim" --seq "$seq" --batch "$batch" \
     --steps "$steps" --warmup-steps "$warm")
 echo "$t"

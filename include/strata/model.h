@@ -155,7 +155,8 @@ STRATA_API const float *strata_model_logits(const strata_gpt_t *m);
 STRATA_API strata_status_t strata_model_backward(strata_gpt_t *m);
 
 /* Training FLOPs per token (forward + backward) at sequence length T: 6 * matmul params plus the
- * attention products, counted as the dense (non-causal-skipping) work strata does. */
+ * attention products counted dense (T x T), the usual MFU convention, although the attention
+ * kernel skips the key blocks above the causal diagonal. */
 STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
 
 /* ---- BLAS -------------------------------------------------------------------------------------- */

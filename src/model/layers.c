@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "model/vecmath.h"
 
 void st_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
                         int T, int C)
@@ -34,30 +35,27 @@ void st_encoder_backward(float *dwte, float *dwpe, const float *dout, const int3
         }
 }
 
+ST_VEC_CLONES
 void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                           const float *b, int N, int C, float eps)
 {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
-        float m = 0.f;
+        float m = st_sum(x, C) / (float)C;
+        // The centred row goes through the output buffer, so the variance is a plain dot product.
         for (int i = 0; i < C; i++)
-            m += x[i];
-        m /= (float)C;
-        float v = 0.f;
-        for (int i = 0; i < C; i++) {
-            float d = x[i] - m;
-            v += d * d;
-        }
-        v /= (float)C;
+            o[i] = x[i] - m;
+        float v = st_dot(o, o, C) / (float)C;
         float s = 1.f / sqrtf(v + eps);
         for (int i = 0; i < C; i++)
-            o[i] = (x[i] - m) * s * w[i] + b[i];
+            o[i] = o[i] * s * w[i] + b[i];
         mean[n] = m;
         rstd[n] = s;
     }
 }
 
+ST_VEC_CLONES
 void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, const float *mean, const float *rstd, int N, int C)
 {
@@ -66,17 +64,25 @@ void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
         const float *x = inp + (size_t)n * C;
         float *dx = dinp + (size_t)n * C;
         float m = mean[n], s = rstd[n];
-        // Two reductions: mean of dnorm and mean of dnorm * norm.
-        float dn_mean = 0.f, dn_norm_mean = 0.f;
-        for (int i = 0; i < C; i++) {
+        // Two reductions, mean of dnorm and mean of dnorm * norm, in lanes (vecmath.h).
+        float a1[ST_LANES] = {0}, a2[ST_LANES] = {0};
+        int i = 0;
+        for (; i + ST_LANES <= C; i += ST_LANES)
+            for (int k = 0; k < ST_LANES; k++) {
+                float norm = (x[i + k] - m) * s;
+                float dn = w[i + k] * d[i + k];
+                a1[k] += dn;
+                a2[k] += dn * norm;
+            }
+        for (int k = 0; i < C; i++, k++) {
             float norm = (x[i] - m) * s;
             float dn = w[i] * d[i];
-            dn_mean += dn;
-            dn_norm_mean += dn * norm;
+            a1[k] += dn;
+            a2[k] += dn * norm;
         }
-        dn_mean /= (float)C;
-        dn_norm_mean /= (float)C;
-        for (int i = 0; i < C; i++) {
+        float dn_mean = st_lanes_sum(a1) / (float)C;
+        float dn_norm_mean = st_lanes_sum(a2) / (float)C;
+        for (i = 0; i < C; i++) {
             float norm = (x[i] - m) * s;
             float dn = w[i] * d[i];
             db[i] += d[i];
@@ -89,6 +95,9 @@ void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                        int C, int OC)
 {
+    // The bias rows initialise C and the product accumulates onto them (beta = 1). Not waste:
+    // with beta = 0 OpenBLAS runs its own pass zeroing C first, so this copy replaces that pass
+    // and no separate bias add is needed.
     if (bias) {
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
@@ -96,6 +105,7 @@ void st_matmul_forward(float *out, const float *inp, const float *w, const float
     st_sgemm(0, 1, N, OC, C, 1.f, inp, C, w, C, bias ? 1.f : 0.f, out, OC);
 }
 
+ST_VEC_CLONES
 void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                         const float *w, int N, int C, int OC, float dinp_beta)
 {
@@ -112,34 +122,16 @@ void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* exp(x) for x in [-87, 87] in plain arithmetic the compiler vectorises (libm's tanhf/expf calls do
- * not vectorise without -ffast-math): x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial
- * (relative error ~2e-7), 2^n put into the exponent bits. */
-static inline float exp_vec(float x)
-{
-    x = x < -87.f ? -87.f : (x > 87.f ? 87.f : x);
-    float n = (x * 1.44269504f + 12582912.f) - 12582912.f; // round to nearest
-    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
-    float p = 1.f / 720;
-    p = p * r + 1.f / 120;
-    p = p * r + 1.f / 24;
-    p = p * r + 1.f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
-/* tanh(u) = 1 - 2 / (exp(2u) + 1); |u| > 9 is +-1 in float anyway. */
+/* tanh(u) = 1 - 2 / (exp(2u) + 1) in arithmetic that vectorises (libm's tanhf does not); |u| > 9
+ * is +-1 in float anyway. */
 static inline float tanh_vec(float u)
 {
-    u = u < -9.f ? -9.f : (u > 9.f ? 9.f : u);
-    return 1.f - 2.f / (exp_vec(2.f * u) + 1.f);
+    u = u < -9.f ? -9.f : u;
+    u = u > 9.f ? 9.f : u;
+    return 1.f - 2.f / (st_exp(2.f * u) + 1.f);
 }
 
+ST_VEC_CLONES
 void st_gelu_forward(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -149,6 +141,7 @@ void st_gelu_forward(float *out, const float *inp, size_t n)
     }
 }
 
+ST_VEC_CLONES
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -161,6 +154,7 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     }
 }
 
+ST_VEC_CLONES
 void st_add_inplace(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -3,25 +3,31 @@
 #include <math.h>
 
 #include "model/layers.h"
+#include "model/vecmath.h"
 
+ST_VEC_CLONES
 float st_xent_forward(float *lse, const float *logits, const int32_t *targets, int N, int V)
 {
     double total = 0.0;
     for (int n = 0; n < N; n++) {
         const float *row = logits + (size_t)n * V;
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++)
-            mx = row[i] > mx ? row[i] : mx;
-        float sum = 0.f;
-        for (int i = 0; i < V; i++)
-            sum += expf(row[i] - mx);
-        float l = mx + logf(sum);
+        float mx = st_max(row, V);
+        // The exps are summed in lanes as they are made (no scratch row to store them in).
+        float acc[ST_LANES] = {0};
+        int i = 0;
+        for (; i + ST_LANES <= V; i += ST_LANES)
+            for (int k = 0; k < ST_LANES; k++)
+                acc[k] += st_exp(row[i + k] - mx);
+        for (int k = 0; i < V; i++, k++)
+            acc[k] += st_exp(row[i] - mx);
+        float l = mx + logf(st_lanes_sum(acc));
         lse[n] = l;
         total += (double)(l - row[targets[n]]);
     }
     return (float)(total / N);
 }
 
+ST_VEC_CLONES
 void st_xent_backward(float *dlogits, const float *logits, const float *lse,
                       const int32_t *targets, int N, int V, float scale)
 {
@@ -30,7 +36,7 @@ void st_xent_backward(float *dlogits, const float *logits, const float *lse,
         float *d = dlogits + (size_t)n * V;
         float l = lse[n];
         for (int i = 0; i < V; i++)
-            d[i] = expf(row[i] - l) * scale;
+            d[i] = st_exp(row[i] - l) * scale;
         d[targets[n]] -= scale;
     }
 }

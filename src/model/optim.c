@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "base/base.h"
+#include "model/vecmath.h"
 #include "strata/model.h"
 
 strata_optim_config_t strata_optim_config_default(void)
@@ -38,6 +39,7 @@ static strata_status_t check_range(const strata_gpt_t *m, size_t offset, size_t 
     return STRATA_OK;
 }
 
+ST_VEC_CLONES
 strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_config_t *oc,
                                     float *params, const float *grads, float *mstate,
                                     float *vstate, size_t offset, size_t count, float lr,
@@ -64,6 +66,7 @@ strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_co
     return STRATA_OK;
 }
 
+ST_VEC_CLONES
 strata_status_t strata_lamb_partial(const strata_gpt_t *m, const strata_optim_config_t *oc,
                                     const float *params, const float *grads, float *mstate,
                                     float *vstate, size_t offset, size_t count, int64_t step,
@@ -94,6 +97,7 @@ strata_status_t strata_lamb_partial(const strata_gpt_t *m, const strata_optim_co
     return STRATA_OK;
 }
 
+ST_VEC_CLONES
 strata_status_t strata_lamb_apply(const strata_gpt_t *m, const strata_optim_config_t *oc,
                                   float *params, const float *mstate, const float *vstate,
                                   size_t offset, size_t count, float lr, int64_t step,
@@ -117,6 +121,7 @@ strata_status_t strata_lamb_apply(const strata_gpt_t *m, const strata_optim_conf
     return STRATA_OK;
 }
 
+ST_VEC_CLONES
 double strata_sumsq(const float *x, size_t n)
 {
     // Four independent accumulators vectorise without -ffast-math and keep a fixed order.

@@ -1,0 +1,101 @@
+/* Vectorisable building blocks for the model's elementwise and row-wise loops (GELU, softmax,
+ * LayerNorm, cross-entropy, the optimizers), and the attribute that compiles those loops for AVX2
+ * as well as for the x86-64 baseline. Internal to the model part.
+ *
+ * Why this exists: the default build targets plain x86-64 (SSE2) because CI may run elsewhere, and
+ * without -ffast-math GCC neither calls a vector exp nor splits a float reduction (sum, max) into
+ * independent chains, so a softmax row ran one scalar expf and one serial add at a time. Here:
+ *  - st_exp is exp in plain arithmetic, which the compiler vectorises;
+ *  - st_sum / st_max / st_dot reduce with ST_LANES fixed lanes, combined in a fixed order, so the
+ *    result is the same whichever clone runs (and the loops vectorise without reassociation);
+ *  - ST_VEC_CLONES makes GCC emit an AVX2 clone of a hot function next to the baseline one and pick
+ *    at load time (target_clones, an ifunc). ISO C mode (-std=c11) implies -ffp-contract=off,
+ *    so the AVX2 clone does not fuse multiply-adds: both clones compute bit-identical values. */
+#ifndef ST_MODEL_VECMATH_H
+#define ST_MODEL_VECMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ST_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ST_VEC_CLONES
+#endif
+
+/* Lanes of the reductions: 8 floats = one AVX2 register (two SSE ones). */
+#define ST_LANES 8
+
+/* exp(x), clamped to x in [-87, 87]: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial
+ * (relative error ~2e-7), 2^n put into the exponent bits. exp(-87) ~ 1.6e-38, so softmax terms far
+ * below the row maximum come out as tiny normals instead of 0, which no sum can tell apart. */
+static inline float st_exp(float x)
+{
+    x = x < -87.f ? -87.f : x;
+    x = x > 87.f ? 87.f : x;
+    float n = (x * 1.44269504f + 12582912.f) - 12582912.f; // round to nearest
+    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+    float p = 1.f / 720;
+    p = p * r + 1.f / 120;
+    p = p * r + 1.f / 24;
+    p = p * r + 1.f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.f;
+    p = p * r + 1.f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* Combines the lanes pairwise in a fixed order. */
+static inline float st_lanes_sum(const float *acc)
+{
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* sum of x[0..n). */
+static inline float st_sum(const float *x, int n)
+{
+    float acc[ST_LANES] = {0};
+    int i = 0;
+    for (; i + ST_LANES <= n; i += ST_LANES)
+        for (int k = 0; k < ST_LANES; k++)
+            acc[k] += x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += x[i];
+    return st_lanes_sum(acc);
+}
+
+/* sum of x[i] * y[i] over [0, n). */
+static inline float st_dot(const float *x, const float *y, int n)
+{
+    float acc[ST_LANES] = {0};
+    int i = 0;
+    for (; i + ST_LANES <= n; i += ST_LANES)
+        for (int k = 0; k < ST_LANES; k++)
+            acc[k] += x[i + k] * y[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += x[i] * y[i];
+    return st_lanes_sum(acc);
+}
+
+/* max of x[0..n), n >= 1 (NaN-free input: the model's activations are finite). */
+static inline float st_max(const float *x, int n)
+{
+    float acc[ST_LANES];
+    for (int k = 0; k < ST_LANES; k++)
+        acc[k] = x[0];
+    int i = 0;
+    for (; i + ST_LANES <= n; i += ST_LANES)
+        for (int k = 0; k < ST_LANES; k++)
+            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] = x[i] > acc[k] ? x[i] : acc[k];
+    float m = acc[0];
+    for (int k = 1; k < ST_LANES; k++)
+        m = acc[k] > m ? acc[k] : m;
+    return m;
+}
+
+#endif
