@@ -325,7 +325,11 @@ static int movement(int rank, int n, void *arg)
 static void run(st_rank_fn fn, int n, bool large)
 {
     opts_t o = {.large = large};
-    assert_int_equal(st_test_ranks(n, fn, &o, NULL), 0);
+    // The >= 16 MiB cases at 8 ranks take about a minute alone under ASan, and several times that
+    // while ctest runs other multi-rank tests beside them on a 2-core machine: a generous deadline
+    // (ctest's own timeout for the entry is 900 s).
+    st_ranks_opts_t ro = {.deadline_ms = large ? 600000 : 120000, .expect_fail_rank = -1};
+    assert_int_equal(st_test_ranks(n, fn, &o, &ro), 0);
 }
 
 #define RANKS(name, fn, n, large)                                                                  \
