@@ -17,7 +17,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* Not under ThreadSanitizer: its runtime is not up yet when the dynamic loader runs the clones'
+ * ifunc resolvers, which then crash before main. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) &&      \
+    !defined(__SANITIZE_THREAD__)
 #define ST_VEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define ST_VEC_CLONES
