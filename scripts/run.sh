@@ -2,7 +2,7 @@
 # The main job: builds strata, then trains a small GPT (4 layers, d_model 128, ~0.8M parameters) on
 # the shipped corpus with N local ranks under ZeRO-3 (`strata launch -n N strata train`), about a
 # minute on a 2-core machine, shows the loss falling, and prints text sampled from the sharded
-# checkpoint (`strata sample`). Usage: scripts/run.sh [ranks (2)] [steps (360)] [extra train flags...]
+# checkpoint (`strata sample`). Usage: scripts/run.sh [ranks (2)] [steps (1000)] [extra train flags...]
 # The collectives benchmark that used to live here: scripts/bench.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target strata >/dev/null
 S=build/release/strata
 n=${1:-2}
-steps=${2:-360}
+steps=${2:-1000}
 shift 2 || shift $# || true
 out=${STRATA_RUN_DIR:-run}
 rm -rf "$out" && mkdir -p "$out"
