@@ -89,7 +89,12 @@ strata_status_t st_comm_topo_create(strata_comm_t *c)
     st_topo_t *t = calloc(1, sizeof *t);
     strata_status_t rc =
         all && t ? STRATA_OK : st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
-    if (rc == STRATA_OK)
+    // A single-host job with no placement given needs no exchange: every rank has the same
+    // record. This keeps creation O(1) per rank where jobs grow largest on one machine.
+    bool uniform = !*path && st_ep_single_host(c->sh->ep);
+    for (int r = 0; rc == STRATA_OK && uniform && r < n; r++)
+        memcpy(all + (size_t)r * (1 + KEYS), mine, sizeof mine);
+    if (rc == STRATA_OK && !uniform)
         rc = strata_allgather(c, mine, all, 1 + KEYS, STRATA_DTYPE_I64);
     int depth = 1;
     for (int r = 0; rc == STRATA_OK && r < n; r++)
