@@ -98,23 +98,22 @@ rack_up=$((hosts * mbit / oversub))
 rack_up=$((rack_up > 0 ? rack_up : 1))
 zone_up=$((racks * rack_up / zoversub))
 zone_up=$((zone_up > 0 ? zone_up : 1))
-for ((z = 0; z < zones; z++)); do # zone bridges hang off the spine through shaped uplinks
+uplink() { # uplink NAME LOWER_BRIDGE UPPER_BRIDGE MBIT: a shaped link from a unit to the level above
+    link_pair "$FAB" "$1u" "$FAB" "$1d"
+    ip netns exec "$FAB" ip link set "$1u" master "$2"
+    ip netns exec "$FAB" ip link set "$1d" master "$3"
+    shape "$1u" "$FAB" "$4" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
+    shape "$1d" "$FAB" "$4"
+}
+for ((z = 0; z < zones; z++)); do # zone bridges hang off the spine
     bridge "${P}z$z"
-    link_pair "$FAB" "${P}z${z}u" "$FAB" "${P}z${z}d"
-    ip netns exec "$FAB" ip link set "${P}z${z}u" master "${P}z$z"
-    ip netns exec "$FAB" ip link set "${P}z${z}d" master "${P}sp"
-    shape "${P}z${z}u" "$FAB" "$zone_up" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
-    shape "${P}z${z}d" "$FAB" "$zone_up"
+    uplink "${P}z$z" "${P}z$z" "${P}sp" "$zone_up"
 done
-for ((k = 0; k < nracks; k++)); do
+for ((k = 0; k < nracks; k++)); do # rack bridges hang off their zone, or the spine
     bridge "${P}r$k"
     up="${P}sp"
     ((zones > 0)) && up="${P}z$((k / racks))"
-    link_pair "$FAB" "${P}r${k}u" "$FAB" "${P}r${k}d"
-    ip netns exec "$FAB" ip link set "${P}r${k}u" master "${P}r$k"
-    ip netns exec "$FAB" ip link set "${P}r${k}d" master "$up"
-    shape "${P}r${k}u" "$FAB" "$rack_up" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
-    shape "${P}r${k}d" "$FAB" "$rack_up"
+    uplink "${P}r$k" "${P}r$k" "$up" "$rack_up"
 done
 host_path() { # host_path H: zone/rack/host of host number h (packed: racks filled in order)
     local h=$1 k=$(($1 / hosts))
