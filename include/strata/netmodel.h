@@ -45,6 +45,10 @@ STRATA_API const char *strata_algo_name(strata_algo_t algo);
 STRATA_API strata_link_t strata_link_default_shm(void);
 STRATA_API strata_link_t strata_link_default_tcp(void);
 
+/* Levels strata assumes without a cluster file: "host" over shared memory, then `nlevels - 1`
+ * levels "tier1".. over TCP (the two links above), oversubscription 1. */
+STRATA_API void strata_fabric_default_levels(int nlevels, strata_topo_t *out);
+
 /* Predicted seconds for `algo` performing `coll` among `nranks` ranks over `link`, or a negative
  * value when the algorithm does not implement that collective. */
 STRATA_API double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks,

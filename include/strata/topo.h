@@ -201,8 +201,9 @@ typedef struct strata_host_shape {
 STRATA_API strata_status_t strata_host_shape(strata_host_shape_t *out);
 
 /* The host as a tree of levels for ranks pinned one per core: "socket" (fanout: cores per
- * package) and "host" (fanout: packages), shared-memory links. */
-STRATA_API void strata_host_shape_levels(const strata_host_shape_t *shape, strata_topo_t *out);
+ * package) and "host" (fanout: packages), every level with the given link (shared memory). */
+STRATA_API void strata_host_shape_levels(const strata_host_shape_t *shape, double bw_Bps,
+                                         double latency_s, strata_topo_t *out);
 
 
 /* ---- a job's ranks on the fabric (src/topo/fabric.c) -------------------------------------------
@@ -226,9 +227,10 @@ typedef struct strata_fabric {
 /* Places `nranks` ranks given each one's path, outermost component first ("zone1/rack3/host7"; the
  * last component is the innermost unit, a host). Levels beyond a path's depth are shared by all
  * ranks (a path "host7" in a host<rack<spine tree puts the rank in one rack shared with every
- * other short path), and so is the outermost level, named or not. `topo` gives the levels; NULL
- * uses strata_fabric_default_levels() with depth+1 levels. Errors: STRATA_ERR_INVALID_ARG for a
- * malformed path (strata_topo_path_keys) or one with more components than the tree has levels. */
+ * other short path), and so is the outermost level, named or not. `topo` gives the levels (a
+ * cluster file, or strata_fabric_default_levels() in netmodel.h). Errors: STRATA_ERR_INVALID_ARG
+ * for a malformed path (strata_topo_path_keys), one with more components than the tree has
+ * levels, or no levels. */
 STRATA_API strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
                                                     const char *const *paths, strata_fabric_t *out);
 
@@ -249,10 +251,6 @@ STRATA_API strata_status_t strata_topo_path_keys(const char *path,
 /* The sub-fabric of `n` ranks `members[i]` of `f`, renumbered 0..n-1 (a split communicator). */
 STRATA_API strata_status_t strata_fabric_subset(const strata_fabric_t *f, int n,
                                                 const int *members, strata_fabric_t *out);
-
-/* Levels strata assumes without a cluster file: "host" over shared memory (8 GB/s, 1.5 us), then
- * `nlevels - 1` levels "tier1".. over TCP (2.5 GB/s, 25 us), oversubscription 1. */
-STRATA_API void strata_fabric_default_levels(int nlevels, strata_topo_t *out);
 
 STRATA_API void strata_fabric_free(strata_fabric_t *f);
 

@@ -1,8 +1,7 @@
 /* A communicator's place on the fabric: at creation every rank states its path (STRATA_TOPO_PATH,
  * else its host's entry in the STRATA_TOPO_FILE cluster file, else just its host identity) and
  * the ranks exchange one small record each; splits take their members' part. The levels' links
- * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). The cost
- * model's verdicts on this fabric are memoised here. */
+ * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,29 +155,4 @@ void st_comm_topo_free(st_topo_t *t)
         return;
     strata_fabric_free(&t->fabric);
     free(t);
-}
-
-double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
-                    size_t esize, strata_pipeline_t *pipe)
-{
-    int ci = coll == STRATA_COLL_ALLREDUCE        ? 0
-             : coll == STRATA_COLL_REDUCE_SCATTER ? 1
-             : coll == STRATA_COLL_ALLGATHER      ? 2
-             : coll == STRATA_COLL_BCAST          ? 3
-             : coll == STRATA_COLL_REDUCE         ? 4
-                                                  : -1;
-    if (ci < 0 || kind < 0 || kind >= STRATA_PLAN_KIND_COUNT)
-        return -1;
-    int bucket = 0;
-    while (bucket < 63 && (2ull << bucket) <= bytes)
-        bucket++;
-    st_topo_memo_t *m = &t->memo[ci][kind][bucket];
-    if (!m->known) {
-        m->pipe = (strata_pipeline_t){1, 1};
-        m->cost =
-            strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize, &m->pipe);
-        m->known = true;
-    }
-    *pipe = m->pipe;
-    return m->cost;
 }

@@ -5,25 +5,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "strata/netmodel.h"
 #include "strata/topo.h"
-
-void strata_fabric_default_levels(int nlevels, strata_topo_t *out)
-{
-    strata_topo_init(out, "default");
-    strata_link_t shm = strata_link_default_shm(), tcp = strata_link_default_tcp();
-    for (int l = 0; l < nlevels && l < STRATA_TOPO_MAX_LEVELS; l++) {
-        const strata_link_t *k = l == 0 ? &shm : &tcp;
-        strata_topo_level_t lv = {.fanout = 1,
-                                  .bw_Bps = 1.0 / k->beta_s_per_b,
-                                  .latency_s = k->alpha_s,
-                                  .oversub = 1,
-                                  .link_class =
-                                      l == 0 ? STRATA_LINK_SCALE_UP : STRATA_LINK_SCALE_OUT};
-        snprintf(lv.name, sizeof lv.name, l == 0 ? "host" : "tier%d", l);
-        out->level[out->nlevels++] = lv;
-    }
-}
 
 void strata_fabric_free(strata_fabric_t *f)
 {
@@ -145,12 +127,7 @@ strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, int nranks,
         }
         depth = d > depth ? d : depth;
     }
-    strata_topo_t dflt;
-    if (!topo) {
-        strata_fabric_default_levels(depth + 1, &dflt);
-        topo = &dflt;
-    }
-    if (depth > topo->nlevels) {
+    if (!topo || depth > topo->nlevels) {
         free(keys);
         return st_error(STRATA_ERR_INVALID_ARG,
                         "fabric: paths are %d deep but the tree has %d levels", depth,

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "strata/netmodel.h"
 #include "strata/topo.h"
 
 strata_status_t strata_host_shape(strata_host_shape_t *out)
@@ -37,16 +36,16 @@ strata_status_t strata_host_shape(strata_host_shape_t *out)
     return STRATA_OK;
 }
 
-void strata_host_shape_levels(const strata_host_shape_t *shape, strata_topo_t *out)
+void strata_host_shape_levels(const strata_host_shape_t *shape, double bw_Bps, double latency_s,
+                              strata_topo_t *out)
 {
     strata_topo_init(out, "host");
-    strata_link_t shm = strata_link_default_shm();
     const char *names[2] = {"socket", "host"};
     int fanout[2] = {shape->cores / (shape->packages > 0 ? shape->packages : 1), shape->packages};
     for (int l = 0; l < 2; l++) {
         strata_topo_level_t lv = {.fanout = fanout[l] > 0 ? fanout[l] : 1,
-                                  .bw_Bps = 1.0 / shm.beta_s_per_b,
-                                  .latency_s = shm.alpha_s,
+                                  .bw_Bps = bw_Bps,
+                                  .latency_s = latency_s,
                                   .oversub = 1,
                                   .link_class = STRATA_LINK_SCALE_UP};
         snprintf(lv.name, sizeof lv.name, "%s", names[l]);

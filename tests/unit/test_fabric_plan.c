@@ -50,7 +50,9 @@ static void test_paths_and_order(void **state)
 
     for (int i = 0; i < 4; i++) {
         const char *bad[] = {"ra//h1", "ra/h1/", "", "a/b/c/d/e/f/g/h/i"};
-        assert_int_equal(strata_fabric_from_paths(NULL, 1, &bad[i], &f), STRATA_ERR_INVALID_ARG);
+        strata_topo_t lv;
+        strata_fabric_default_levels(3, &lv);
+        assert_int_equal(strata_fabric_from_paths(&lv, 1, &bad[i], &f), STRATA_ERR_INVALID_ARG);
         assert_non_null(strstr(strata_last_error(), bad[i]));
     }
     strata_topo_t t;

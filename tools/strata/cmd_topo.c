@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "strata/cmd.h"
+#include "strata/netmodel.h"
 #include "strata/strata.h"
 #include "strata/topo.h"
 
@@ -83,7 +84,8 @@ static int hwloc_show(void)
            h.packages == 1 ? "" : "s", h.numa_nodes, h.numa_nodes == 1 ? "" : "s", h.cores, h.pus,
            h.cpu_model[0] ? "; " : "", h.cpu_model);
     strata_topo_t t;
-    strata_host_shape_levels(&h, &t);
+    strata_link_t shm = strata_link_default_shm();
+    strata_host_shape_levels(&h, 1.0 / shm.beta_s_per_b, shm.alpha_s, &t);
     strata_topo_describe(&t, stdout);
     return 0;
 }

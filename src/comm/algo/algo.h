@@ -30,11 +30,6 @@ typedef struct st_topo {
     st_topo_memo_t memo[5][STRATA_PLAN_KIND_COUNT][64]; /* [coll][plan][log2 bytes] */
 } st_topo_t;
 
-/* Modelled seconds of plan `kind` for `coll` (allreduce, reduce_scatter or allgather) of `bytes`
- * on the communicator's fabric, and the pipeline it should run with; negative when it has none. */
-double st_topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
-                    size_t esize, strata_pipeline_t *pipe);
-
 typedef struct st_coll_args {
     strata_coll_t coll;
     const void *sendbuf;

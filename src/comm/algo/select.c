@@ -40,8 +40,9 @@ static void parse_forced(void)
             if (found)
                 forced_table[coll] = found;
             else
-                ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_ALGO: no algorithm '%.*s' (see `strata algos`)",
-                            (int)len, p);
+                ST_LOG_WARN(ST_SUB_COMM,
+                            "STRATA_COMM_ALGO: no algorithm '%.*s' (see `strata algos`)", (int)len,
+                            p);
         }
         p = end ? end + 1 : NULL;
     }
@@ -58,14 +59,42 @@ static const st_algo_t *forced(const st_coll_args_t *a)
     return NULL;
 }
 
+/* Modelled seconds of plan `kind` for `coll` of `bytes` on the communicator's fabric, and the
+ * pipeline it should run with (negative when the plan does not serve the collective); memoised
+ * per collective, plan and power-of-two size. */
+static double topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
+                        size_t esize, strata_pipeline_t *pipe)
+{
+    int ci = coll == STRATA_COLL_ALLREDUCE        ? 0
+             : coll == STRATA_COLL_REDUCE_SCATTER ? 1
+             : coll == STRATA_COLL_ALLGATHER      ? 2
+             : coll == STRATA_COLL_BCAST          ? 3
+             : coll == STRATA_COLL_REDUCE         ? 4
+                                                  : -1;
+    if (ci < 0 || kind < 0 || kind >= STRATA_PLAN_KIND_COUNT)
+        return -1;
+    int bucket = 0;
+    while (bucket < 63 && (2ull << bucket) <= bytes)
+        bucket++;
+    st_topo_memo_t *m = &t->memo[ci][kind][bucket];
+    if (!m->known) {
+        m->pipe = (strata_pipeline_t){1, 1};
+        m->cost =
+            strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize, &m->pipe);
+        m->known = true;
+    }
+    *pipe = m->pipe;
+    return m->cost;
+}
+
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
-                      const strata_link_t *link, strata_pipeline_t *pipe)
+                    const strata_link_t *link, strata_pipeline_t *pipe)
 {
     *pipe = (strata_pipeline_t){1, 1};
     bool on_fabric = a->topo && a->topo->multi;
     if (al->plan && on_fabric)
-        return st_topo_cost(a->topo, a->coll, (strata_plan_kind_t)(al->plan - 1), bytes, a->esize,
-                            pipe);
+        return topo_cost(a->topo, a->coll, (strata_plan_kind_t)(al->plan - 1), bytes, a->esize,
+                         pipe);
     if (al->plan == 1 + STRATA_PLAN_RING_TREE || al->plan == 1 + STRATA_PLAN_HIER)
         return -1; // a topology plan on a flat communicator is a plain ring
 
