@@ -120,7 +120,8 @@ static void usage(FILE *f)
         "Starts N ranks of PROGRAM (found through PATH) on this machine with a launcher\n"
         "environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0,\n"
         "MASTER_ADDR=127.0.0.1, MASTER_PORT, STRATA_STORE_ADDR (rank 0 hosts the store on a free\n"
-        "port), STRATA_SECRET (random) and STRATA_JOB_ID.\n"
+        "port), STRATA_SECRET (random) and STRATA_JOB_ID; with N > 1, OMP_NUM_THREADS=1 and\n"
+        "OPENBLAS_NUM_THREADS=1 unless already set (as torchrun does).\n"
         "\n"
         "options:\n"
         "  -n, --nproc N       number of ranks (1..%d)\n"
@@ -370,6 +371,13 @@ static int set_common_env(const launch_opts_t *o, int port)
         rc |= setenv("STRATA_COMM_TRANSPORT", "tcp", 1);
     if (o->timeout_ms >= 0)
         rc |= setenv_int("STRATA_COMM_TIMEOUT_MS", o->timeout_ms);
+    // As torchrun does: several ranks on one machine each get one OpenMP / OpenBLAS thread unless
+    // the caller chose, so N ranks do not start N thread pools of nproc threads each (a program
+    // asks for more explicitly, e.g. `strata train --threads`).
+    if (o->nranks > 1) {
+        rc |= setenv("OMP_NUM_THREADS", "1", 0);
+        rc |= setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    }
     if (rc != 0)
         return cmd_fail(NULL, "launch: setenv: %s", strerror(errno));
     return 0;
