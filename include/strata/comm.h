@@ -124,6 +124,20 @@ STRATA_API int strata_comm_size(const strata_comm_t *comm);
  * into the calling thread's error buffer (strata_last_error()). */
 STRATA_API strata_status_t strata_comm_get_error(const strata_comm_t *comm);
 
+/* ---- memory peers reach directly ---------------------------------------------------------------- */
+
+/* Allocates `bytes` (zeroed, page-aligned) that the other ranks of this host can map: the analogue of
+ * ncclMemAlloc or torch's symmetric memory. Any call takes it like other memory; allreduce,
+ * reduce_scatter and allgather on a single-host communicator whose buffers all lie in such memory
+ * run with plain loads and stores on the peers' buffers (the `direct` algorithms), the fastest path
+ * strata has. Other buffers reach peers through cross-memory attach (one kernel copy) or messages.
+ * Local to this rank (not collective). Free with strata_mem_free() before destroying the world
+ * communicator (destroying it frees what is left). */
+STRATA_API strata_status_t strata_mem_alloc(strata_comm_t *comm, size_t bytes, void **out);
+/* Frees memory from strata_mem_alloc(); collectives using it must have completed on every rank
+ * that may still reach it. NULL is a no-op; any other pointer is an error. */
+STRATA_API strata_status_t strata_mem_free(strata_comm_t *comm, void *ptr);
+
 /* ---- requests ---------------------------------------------------------------------------------- */
 
 /* Waits until the request completes or the communicator's timeout passes, then releases it (also on
@@ -270,9 +284,10 @@ STRATA_API strata_status_t strata_coll_parse(const char *name, strata_coll_t *ou
 STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
 
 /* Name of the algorithm the communicator would pick for `bytes` of this collective (cost model
- * plus the STRATA_COMM_ALGO override). Static storage. */
+ * plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
+ * anywhere else otherwise. Static storage. */
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
-                                            size_t bytes);
+                                            size_t bytes, bool mem);
 
 /* Where the communicator's ranks sit (topo.h): for each level (innermost first: host, rack, ...),
  * each rank's unit. Built at creation from STRATA_TOPO_PATH / STRATA_TOPO_FILE, else from host
@@ -285,7 +300,8 @@ STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *c
  * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
  * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan
  * algorithms are priced flow by flow on it, the others on the flat link. */
-STRATA_API double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes);
+STRATA_API double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes,
+                                      bool mem);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,8 @@ typedef enum strata_algo {
     STRATA_ALGO_PAIRWISE,           /* n-1 rounds of pairwise exchange */
     STRATA_ALGO_LINEAR,             /* everyone talks to one rank (or all) at once */
     STRATA_ALGO_DISSEMINATION,      /* barrier in ceil(log2 n) rounds */
+    STRATA_ALGO_DIRECT,             /* one host: ranks load/store each other's buffers, so a byte
+                                       is copied once, not into a message and out of it */
     STRATA_ALGO_COUNT
 } strata_algo_t;
 

@@ -18,6 +18,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_COMM_SPIN_US", "50", "how long a waiting rank polls before it sleeps, in microseconds"},
     {"STRATA_SHM_SLOT_BYTES", "256K", "payload bytes per shared-memory ring slot"},
     {"STRATA_SHM_SLOTS", "8", "slots per directed shared-memory ring"},
+    {"STRATA_SHM_CMA", "1", "0 turns off cross-memory attach and with it the direct algorithms (ranks of one host then exchange only messages); set alike on every rank"},
     {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
     {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},
     {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},

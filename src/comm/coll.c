@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/comm_internal.h"
+#include "comm/window.h"
 
 /* ---- common path ------------------------------------------------------------------------------- */
 
@@ -50,12 +51,14 @@ static strata_status_t check_count(size_t count, size_t esize, int blocks, const
     return STRATA_OK;
 }
 
-static st_coll_args_t args_for(strata_comm_t *comm, strata_coll_t coll, strata_dtype_t dtype,
+static st_coll_args_t args_for(const strata_comm_t *comm, strata_coll_t coll, strata_dtype_t dtype,
                                strata_op_t op)
 {
+    st_win_t *win = st_ep_window(comm->sh->ep);
     return (st_coll_args_t){.coll = coll, .dtype = dtype, .op = op, .rank = comm->rank,
                             .nranks = comm->nranks, .esize = strata_dtype_size(dtype),
-                            .topo = comm->topo};
+                            .topo = comm->topo, .win = win,
+                            .direct_ok = st_ep_single_host(comm->sh->ep) && st_win_cma_ok(win)};
 }
 
 /* One rank: the collective is a local copy (a reduction of one operand is that operand). */
@@ -110,6 +113,8 @@ static strata_status_t start(strata_comm_t *comm, st_coll_args_t *a, size_t byte
     r->tag_base = ((uint64_t)comm->ctx << ST_TAG_CTX_SHIFT) |
                   ((uint64_t)(comm->seq++ & ST_TAG_SEQ_MASK) << ST_TAG_SEQ_SHIFT);
     st_sched_init(&r->sched, a->dtype, a->op, comm->nranks);
+    a->registered = a->direct_ok && (!a->sendbuf || st_win_owns(a->win, a->sendbuf)) &&
+                    (!a->recvbuf || st_win_owns(a->win, a->recvbuf));
     if (comm->nranks == 1) {
         build_self(&r->sched, a);
     } else {
@@ -570,14 +575,17 @@ strata_status_t strata_recv(strata_comm_t *comm, void *buf, size_t count, strata
 
 /* ---- introspection ----------------------------------------------------------------------------- */
 
-const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, size_t bytes)
+const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, size_t bytes,
+                                 bool mem)
 {
     if (!comm || (unsigned)coll >= STRATA_COLL_COUNT)
         return "none";
     if (comm->nranks == 1)
         return "self";
-    st_coll_args_t a = {.coll = coll, .rank = comm->rank, .nranks = comm->nranks, .esize = 1,
-                        .uniform = true, .count = bytes, .topo = comm->topo};
+    st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_U8, STRATA_OP_SUM);
+    a.uniform = true;
+    a.count = bytes;
+    a.registered = mem && a.direct_ok;
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     return al ? al->name : "none";
 }
@@ -587,14 +595,16 @@ const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm)
     return comm && comm->topo ? &comm->topo->fabric : NULL;
 }
 
-double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes)
+double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes, bool mem)
 {
     if (!comm || (unsigned)coll >= STRATA_COLL_COUNT)
         return -1;
     if (comm->nranks == 1)
         return 0;
-    st_coll_args_t a = {.coll = coll, .rank = comm->rank, .nranks = comm->nranks, .esize = 4,
-                        .uniform = true, .count = bytes / 4, .topo = comm->topo};
+    st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_F32, STRATA_OP_SUM);
+    a.uniform = true;
+    a.count = bytes / 4;
+    a.registered = mem && a.direct_ok;
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     strata_pipeline_t pipe;
     return al ? st_algo_cost(al, &a, bytes, &comm->link, &pipe) : -1;

@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/comm_internal.h"
+#include "comm/window.h"
 
 static strata_status_t validate(const strata_comm_config_t *cfg)
 {
@@ -190,4 +191,23 @@ strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key, strat
     c->link = comm->link;
     *out = c;
     return STRATA_OK;
+}
+
+strata_status_t strata_mem_alloc(strata_comm_t *comm, size_t bytes, void **out)
+{
+    if (!out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_mem_alloc: out is NULL");
+    *out = NULL;
+    if (!comm)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_mem_alloc: comm is NULL");
+    return st_win_alloc(st_ep_window(comm->sh->ep), bytes, out);
+}
+
+strata_status_t strata_mem_free(strata_comm_t *comm, void *ptr)
+{
+    if (!ptr)
+        return STRATA_OK;
+    if (!comm)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_mem_free: comm is NULL");
+    return st_win_free(st_ep_window(comm->sh->ep), ptr);
 }

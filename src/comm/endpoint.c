@@ -17,6 +17,7 @@
 #include "comm/algo/reduce_op.h"
 #include "comm/endpoint.h"
 #include "comm/transport/transport.h"
+#include "comm/window.h"
 
 enum { ST_TP_SHM = 0, ST_TP_TCP = 1, ST_NTP = 2 };
 
@@ -33,6 +34,7 @@ struct st_ep {
     int *live; /* ranks of peers that have a connection, progressed every pass */
     int nlive;
     st_transport_t *tp[ST_NTP];
+    st_win_t *win;
     strata_status_t failed;
     char failed_msg[512];
     uint64_t spin_ns;
@@ -84,6 +86,7 @@ const char *st_ep_job_id(const st_ep_t *ep) { return ep->job_id; }
 const char *st_ep_secret(const st_ep_t *ep) { return ep->secret; }
 st_peer_t *st_ep_peer(st_ep_t *ep, int rank) { return &ep->peers[rank]; }
 st_store_t *st_ep_store(const st_ep_t *ep) { return ep->store; }
+st_win_t *st_ep_window(const st_ep_t *ep) { return ep->win; }
 
 const char *st_ep_peer_name(st_ep_t *ep, int rank)
 {
@@ -225,6 +228,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
                 rc, fail);
     for (int i = 0; i < ST_NTP; i++)
         ST_TRY_GOTO(transports[i]->open(ep, &ep->tp[i]), rc, fail);
+    ST_TRY_GOTO(st_win_create(&ep->win), rc, fail);
 
     char tcpaddr[64] = "";
     transports[ST_TP_TCP]->address(ep->tp[ST_TP_TCP], tcpaddr, sizeof tcpaddr);
@@ -268,6 +272,7 @@ void st_ep_destroy(st_ep_t *ep)
     for (int i = 0; i < ST_NTP; i++)
         if (ep->tp[i])
             transports[i]->close(ep, ep->tp[i]);
+    st_win_destroy(ep->win);
     // Destroying is a deliberate exit even after a peer failed: say goodbye, so the store does not
     // report this rank as failed too.
     st_store_close(ep->store, ep->joined);

@@ -67,6 +67,8 @@ struct st_peer {
     bool listed;                 /* in ep->live */
 };
 
+typedef struct st_win st_win_t;
+
 /* Creates the endpoint of `rank`: connects to the store (hosting it first on rank 0 when asked),
  * opens the transports, publishes this rank's address and waits until all ranks have. */
 strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out);
@@ -75,6 +77,8 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out);
 void st_ep_destroy(st_ep_t *ep);
 
 int st_ep_rank(const st_ep_t *ep);
+/* This process's window (window.h): its shareable memory and its view of peers' memory. */
+st_win_t *st_ep_window(const st_ep_t *ep);
 int st_ep_size(const st_ep_t *ep);
 long long st_ep_timeout_ms(const st_ep_t *ep);
 /* True when every rank of the job shares this host and shared memory is allowed. */

@@ -16,6 +16,7 @@ static const char *const algo_names[STRATA_ALGO_COUNT] = {
     "pairwise",
     "linear",
     "dissemination",
+    "direct",
 };
 
 const char *strata_algo_name(strata_algo_t algo)
@@ -91,6 +92,8 @@ double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks, 
             return (2 * log2(p2) + 2 * fold) * a + (2 * f2 + 2 * fold) * bytes * b +
                    (f2 + fold) * bytes * g;
         }
+        case STRATA_ALGO_DIRECT: // b prices a message byte: a copy in and a copy out
+            return (n - 1 + lg) * a + frac * bytes * (b + g);
         default:
             return -1;
         }
@@ -116,6 +119,8 @@ double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks, 
         switch (algo) {
         case STRATA_ALGO_RING:
             return (n - 1) * a + frac * bytes * (b + g);
+        case STRATA_ALGO_DIRECT:
+            return (n - 1 + lg) * a + frac * bytes * (b / 2 + g);
         default:
             return -1;
         }
@@ -125,6 +130,8 @@ double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks, 
             return (n - 1) * a + frac * bytes * b;
         case STRATA_ALGO_RECURSIVE_DOUBLING: // Bruck: any n, plus a local rotation of the result
             return lg * a + frac * bytes * b + bytes * g;
+        case STRATA_ALGO_DIRECT:
+            return (n - 1 + lg) * a + frac * bytes * b / 2;
         default:
             return -1;
         }

@@ -93,7 +93,7 @@ static int collectives(int rank, int n, void *arg)
     uint64_t seed = 900;
     int bad = 0;
     const char *forced = getenv("STRATA_COMM_ALGO"),
-               *used = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 1 << 20);
+               *used = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 1 << 20, false);
     if (n > 1 && forced && !strstr(forced, used))
         return ST_RANK_FAIL("allreduce runs %s, not the forced %s", used, forced);
     for (size_t k = 0; k < sizeof counts / sizeof counts[0] && !bad; k++, seed++) {
@@ -157,8 +157,8 @@ static int choice(int rank, int n, void *arg)
     strata_comm_t *c = st_test_comm();
     if (!c)
         return ST_RANK_FAIL("no communicator: %s", strata_last_error());
-    const char *big = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 64u << 20);
-    const char *tiny = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 8);
+    const char *big = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 64u << 20, false);
+    const char *tiny = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 8, false);
     int bad = 0;
     if (strcmp(big, "hier") != 0)
         bad = ST_RANK_FAIL("64 MiB allreduce chose %s, expected hier", big);

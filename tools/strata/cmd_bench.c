@@ -49,6 +49,7 @@ typedef struct bench_opts {
     strata_op_t op;
     int root;
     bool json;
+    bool registered; /* -R 1: buffers from strata_mem_alloc */
 } bench_opts_t;
 
 /* One benchmarked size, resolved for this communicator. */
@@ -78,6 +79,8 @@ static void usage(FILE *f)
             "  -d DTYPE      f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
             "  -o OP         sum prod min max avg (default sum)\n"
             "  -r ROOT       root of reduce, bcast, gather, scatter (default 0)\n"
+            "  -R 0|1        1: buffers from strata_mem_alloc, which peers on the host reach\n"
+            "                directly (as nccl-tests' -R registers them; default 0: malloc)\n"
             "  --json        one JSON object per size instead of the table\n"
             "\n"
             "SIZE is the collective's largest buffer, as in nccl-tests: for reduce_scatter,\n"
@@ -168,6 +171,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             if (!cmd_parse_int(v, 0, 1, &n))
                 return usage_error("-c wants 0 or 1, got '%s'", v);
             o->check = n != 0;
+        } else if (!strcmp(a, "-R")) {
+            if (!cmd_parse_int(v, 0, 1, &n))
+                return usage_error("-R wants 0 or 1, got '%s'", v);
+            o->registered = n != 0;
         } else if (!strcmp(a, "-d")) {
             if (strata_dtype_parse(v, &o->dtype) != STRATA_OK)
                 return usage_error("-d: unknown dtype '%s' (f32 f64 f16 bf16 i32 i64 u8)", v);
@@ -523,10 +530,10 @@ static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
         printf("{\"impl\":\"strata\",\"coll\":\"%s\",\"transport\":\"%s\",\"size_bytes\":%zu,"
                "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"algo\":\"%s\","
                "\"nranks\":%d,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-               "\"model_us\":%.3f,\"correct\":%s}\n",
+               "\"model_us\":%.3f,\"registered\":%s,\"correct\":%s}\n",
                strata_coll_name(o->coll), strata_knob_value("STRATA_COMM_TRANSPORT"), r->bytes,
                r->count, dt, op, root, r->algo, nranks, o->iters, r->time_us, r->algbw, r->busbw,
-               r->model_us, ok);
+               r->model_us, o->registered ? "true" : "false", ok);
     } else {
         const char *ok = r->correct < 0 ? "-" : r->correct ? "ok" : "FAIL";
         printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %11.2f %8s\n", r->bytes, r->count,
@@ -575,13 +582,25 @@ static strata_status_t bench_size(strata_comm_t *comm, const bench_opts_t *o, co
     return STRATA_OK;
 }
 
-static void *alloc_touched(size_t bytes)
+/* A buffer with every page faulted in before anything is timed: from malloc, or with -R 1 from
+ * strata_mem_alloc (which faults its pages in itself). */
+static void *bench_alloc(strata_comm_t *comm, const bench_opts_t *o, size_t bytes)
 {
     void *p = NULL;
+    if (o->registered)
+        return strata_mem_alloc(comm, bytes ? bytes : BENCH_ALIGN, &p) == STRATA_OK ? p : NULL;
     if (posix_memalign(&p, BENCH_ALIGN, bytes ? bytes : BENCH_ALIGN) != 0)
         return NULL;
-    memset(p, 0, bytes ? bytes : BENCH_ALIGN); // fault every page in before anything is timed
+    memset(p, 0, bytes ? bytes : BENCH_ALIGN);
     return p;
+}
+
+static void bench_free(strata_comm_t *comm, const bench_opts_t *o, void *p)
+{
+    if (o->registered)
+        strata_mem_free(comm, p);
+    else
+        free(p);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -629,10 +648,10 @@ int cmd_bench(int argc, char **argv)
         max_send = ST_MAX(max_send, sh.send_count * esize);
         max_recv = ST_MAX(max_recv, sh.recv_count * esize);
     }
-    void *send = alloc_touched(max_send), *recv = alloc_touched(max_recv);
+    void *send = bench_alloc(comm, &o, max_send), *recv = bench_alloc(comm, &o, max_recv);
     if (!send || !recv) {
-        free(send);
-        free(recv);
+        bench_free(comm, &o, send);
+        bench_free(comm, &o, recv);
         char msg[160];
         snprintf(msg, sizeof msg, "out of memory for %zu + %zu bytes of buffers", max_send,
                  max_recv);
@@ -649,12 +668,13 @@ int cmd_bench(int argc, char **argv)
     double bus_sum = 0, last_us = 0;
     for (int i = 0; i < nsizes; i++) {
         shape_t sh = shape_for(o.coll, (size_t)sizes[i], esize, nranks);
-        result_t res = {.algo = strata_comm_algo_for(comm, o.coll, sh.total * esize),
-                        .model_us = strata_comm_predict(comm, o.coll, sh.total * esize) * 1e6};
+        size_t bytes = sh.total * esize;
+        result_t res = {.algo = strata_comm_algo_for(comm, o.coll, bytes, o.registered),
+                        .model_us = strata_comm_predict(comm, o.coll, bytes, o.registered) * 1e6};
         const char *what = "";
         if (bench_size(comm, &o, &f, &sh, send, recv, &res, &what) != STRATA_OK) {
-            free(send);
-            free(recv);
+            bench_free(comm, &o, send);
+            bench_free(comm, &o, recv);
             return api_fail(comm, what, sh.total * esize);
         }
         if (!res.algo)
@@ -678,8 +698,8 @@ int cmd_bench(int argc, char **argv)
     if (rank == 0 && failed)
         cmd_fail(NULL, "bench: %d of %d sizes gave wrong results", failed, done);
     fflush(stdout);
-    free(send);
-    free(recv);
+    bench_free(comm, &o, send);
+    bench_free(comm, &o, recv);
     // Hold every rank until rank 0 has printed: a launcher stops the job at the first non-zero
     // exit, and rank 0's verdict must not be cut off by another rank leaving first.
     strata_status_t brc = strata_barrier(comm);

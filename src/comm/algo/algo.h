@@ -47,6 +47,9 @@ typedef struct st_coll_args {
     int rank, nranks;
     size_t esize;
     st_topo_t *topo;        /* the communicator's fabric (NULL: unknown) */
+    st_win_t *win;          /* this process's window (direct algorithms) */
+    bool direct_ok;         /* every rank is on this host and can reach its peers' memory */
+    bool registered;        /* sendbuf and recvbuf are strata_mem_alloc memory */
     strata_pipeline_t pipe; /* set by selection for the hierarchical plans */
 } st_coll_args_t;
 

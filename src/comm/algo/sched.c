@@ -141,6 +141,15 @@ void st_sched_avg(st_sched_t *s, void *buf, size_t bytes)
     }
 }
 
+void st_sched_call(st_sched_t *s, st_sched_fn_t fn, void *arg)
+{
+    st_sop_t *o = add(s, ST_SOP_CALL);
+    if (o) {
+        o->fn = fn;
+        o->dst = arg;
+    }
+}
+
 void *st_sched_scratch(st_sched_t *s, size_t bytes)
 {
     if (s->build_rc)
@@ -175,6 +184,7 @@ static strata_status_t start_round(st_sched_t *s, st_ep_t *ep, const int *world,
             st_reduce(s->dtype, s->op, o->dst, o->src, o->src2, o->bytes / s->esize);
             break;
         case ST_SOP_AVG: st_reduce_finish_avg(s->dtype, o->dst, o->bytes / s->esize, s->nranks); break;
+        case ST_SOP_CALL: ST_TRY(o->fn(s, ep, world, o->dst)); break;
         default: s->pending++; break;
         }
     }

@@ -28,7 +28,12 @@ typedef enum st_sop_kind {
     ST_SOP_COPY,        /* dst = src */
     ST_SOP_REDUCE,      /* dst = src op src2 */
     ST_SOP_AVG,         /* dst /= nranks */
+    ST_SOP_CALL,        /* fn(s, ep, world, dst): local work that needs the endpoint */
 } st_sop_kind_t;
+
+typedef struct st_sched st_sched_t;
+/* Local work run by a schedule, with the endpoint and the communicator-to-world rank map. */
+typedef strata_status_t (*st_sched_fn_t)(st_sched_t *s, st_ep_t *ep, const int *world, void *arg);
 
 typedef struct st_sop {
     uint8_t kind;
@@ -37,13 +42,14 @@ typedef struct st_sop {
     void *dst;
     const void *src, *src2;
     size_t bytes;
+    st_sched_fn_t fn;    /* ST_SOP_CALL only */
     st_msg_t msg;        /* endpoint state while in flight */
 } st_sop_t;
 
 #define ST_SCHED_INLINE_OPS    8
 #define ST_SCHED_INLINE_ROUNDS 8
 
-typedef struct st_sched {
+struct st_sched {
     st_sop_t *ops;
     int nops, cap;
     int *round_end;      /* ops[round_end[k-1] .. round_end[k]) form round k */
@@ -61,7 +67,7 @@ typedef struct st_sched {
     /* Small schedules (every latency-bound collective) live here: no allocation per call. */
     st_sop_t inline_ops[ST_SCHED_INLINE_OPS];
     int inline_rounds[ST_SCHED_INLINE_ROUNDS];
-} st_sched_t;
+};
 
 void st_sched_init(st_sched_t *s, strata_dtype_t dtype, strata_op_t op, int nranks);
 void st_sched_fini(st_sched_t *s);
@@ -76,6 +82,8 @@ void st_sched_recv_reduce(st_sched_t *s, int peer, uint32_t tag, void *dst, cons
 void st_sched_copy(st_sched_t *s, void *dst, const void *src, size_t bytes);
 void st_sched_reduce(st_sched_t *s, void *dst, const void *a, const void *b, size_t bytes);
 void st_sched_avg(st_sched_t *s, void *buf, size_t bytes);
+/* Local work: fn(s, ep, world, arg) runs when its round starts; an error fails the schedule. */
+void st_sched_call(st_sched_t *s, st_sched_fn_t fn, void *arg);
 /* Closes the current round (no-op when it is empty). */
 void st_sched_round(st_sched_t *s);
 /* A temporary buffer owned by the schedule (freed by fini), or NULL (and build_rc set). */

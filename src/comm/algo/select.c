@@ -97,6 +97,11 @@ double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
                          pipe);
     if (al->plan == 1 + STRATA_PLAN_RING_TREE || al->plan == 1 + STRATA_PLAN_HIER)
         return -1; // a topology plan on a flat communicator is a plain ring
+    // Through cross-memory attach (buffers from malloc) every copy pins the peer's 4 KiB pages, and
+    // the direct path only matches the rings (docs/comm.md); it is priced for strata_mem_alloc
+    // memory only, where it is twice as fast. STRATA_COMM_ALGO can still force it.
+    if (al->model == STRATA_ALGO_DIRECT && !a->registered)
+        return -1;
 
     return strata_netmodel_cost(a->coll, al->model, a->nranks, (double)bytes, link);
 }

@@ -1,0 +1,190 @@
+/* Direct algorithms for a communicator on one host: every rank reaches its peers' buffers through
+ * their windows (window.h) instead of sending messages.
+ *
+ *   1. exchange: each rank sends every peer a description of its send and receive buffers;
+ *   2. work: rank r owns block r. allreduce reads block r of every peer's input, reduces it in
+ *      cache-sized chunks into its own output and writes each finished chunk into every peer's
+ *      output ("two-shot": reduce-scatter and allgather fused); reduce_scatter only reads and
+ *      reduces; allgather only writes its block into every peer's output;
+ *   3. a dissemination barrier: nobody returns while a peer may still read or write its buffers.
+ *
+ * Each byte crosses between processes once (a load from a mapped peer region, or one kernel copy
+ * through CMA), where a ring over the shared-memory transport copies it into a slot and out again.
+ * In place is safe: the only rank that writes block r of a peer's output is the one that has
+ * already read that chunk of the peer's input. Owners visit peers starting at their right-hand
+ * neighbour, so that at any moment different owners read different peers.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "comm/algo/algo.h"
+#include "comm/algo/reduce_op.h"
+#include "comm/window.h"
+
+#define CHUNK (128u << 10) /* a chunk and its staging copy stay in L2 */
+
+typedef struct bufs {
+    st_buf_desc_t send, recv;
+} bufs_t;
+
+typedef struct direct {
+    strata_coll_t coll;
+    int rank, nranks;
+    size_t esize;
+    const char *sendbuf;
+    char *recvbuf;
+    size_t off, len;      /* this rank's block, bytes: its offset in the full buffers and length */
+    size_t recv_off;      /* where the block goes in this rank's recvbuf */
+    char *stage;          /* CHUNK bytes for operands that come through CMA */
+    bufs_t mine;
+    bufs_t *peers;        /* [nranks], filled by the exchange */
+} direct_t;
+
+static bool supports(const st_coll_args_t *a)
+{
+    return a->direct_ok;
+}
+
+/* Fails the endpoint with a cross-memory error on peer `q` (communicator rank). */
+static strata_status_t copy_failed(st_ep_t *ep, const int *world, int q, int err, bool to_peer)
+{
+    if (err == ESRCH)
+        return st_ep_peer_lost(ep, world[q], "exited during a direct collective");
+    return st_ep_fail(ep, STRATA_ERR_SYSTEM,
+                      "cross-memory %s %s failed: %s (set STRATA_SHM_CMA=0 on every rank to use "
+                      "the message path)",
+                      to_peer ? "write to" : "read from", st_ep_peer_name(ep, world[q]),
+                      strerror(err));
+}
+
+/* Peer q's input at byte `at`, `len` bytes: mapped memory, or a staged CMA copy. */
+static const void *peer_input(direct_t *d, st_ep_t *ep, const int *world, int q, size_t at,
+                              size_t len, strata_status_t *rc)
+{
+    const st_buf_desc_t *b = &d->peers[q].send;
+    const char *p = st_win_map(st_ep_window(ep), world[q], b, at + len, rc);
+    if (p || *rc < 0)
+        return p ? p + at : NULL;
+    int err = st_win_copy(b, at, d->stage, len, false);
+    if (err) {
+        *rc = copy_failed(ep, world, q, err, false);
+        return NULL;
+    }
+    return d->stage;
+}
+
+/* Writes `len` bytes from `src` to byte `at` of peer q's output. */
+static strata_status_t peer_output(direct_t *d, st_ep_t *ep, const int *world, int q, size_t at,
+                                   const void *src, size_t len)
+{
+    strata_status_t rc;
+    const st_buf_desc_t *b = &d->peers[q].recv;
+    char *p = st_win_map(st_ep_window(ep), world[q], b, at + len, &rc);
+    if (rc < 0)
+        return rc;
+    if (p) {
+        memcpy(p + at, src, len);
+        return STRATA_OK;
+    }
+    int err = st_win_copy(b, at, (void *)src, len, true);
+    return err ? copy_failed(ep, world, q, err, true) : STRATA_OK;
+}
+
+static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    direct_t *d = arg;
+    const int n = d->nranks, r = d->rank;
+    const bool reduces = d->coll != STRATA_COLL_ALLGATHER;
+    const bool writes = d->coll != STRATA_COLL_REDUCE_SCATTER;
+    for (size_t c = 0; c < d->len; c += CHUNK) {
+        size_t len = ST_MIN((size_t)CHUNK, d->len - c);
+        char *out = d->recvbuf + d->recv_off + c;
+        const char *mine = d->sendbuf + (reduces ? d->off : 0) + c;
+        if (reduces) {
+            for (int k = 1; k < n; k++) {
+                int q = (r + k) % n;
+                strata_status_t rc;
+                const void *in = peer_input(d, ep, world, q, d->off + c, len, &rc);
+                if (!in)
+                    return rc;
+                st_reduce(s->dtype, s->op, out, k == 1 ? mine : out, in, len / d->esize);
+            }
+        } else if (out != mine) {
+            memcpy(out, mine, len);
+        }
+        if (writes)
+            for (int k = 1; k < n; k++)
+                ST_TRY(peer_output(d, ep, world, (r + k) % n, d->off + c, out, len));
+    }
+    return STRATA_OK;
+}
+
+/* Builds exchange, work and barrier for this rank's block [off, off + len) of the full buffers. */
+static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send_bytes,
+                             size_t recv_bytes, size_t off, size_t len, size_t recv_off)
+{
+    const int n = a->nranks, r = a->rank;
+    direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * sizeof(bufs_t) + CHUNK);
+    if (!d)
+        return s->build_rc;
+    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .esize = a->esize,
+                    .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .off = off, .len = len,
+                    .recv_off = recv_off, .peers = (bufs_t *)(d + 1)};
+    d->stage = (char *)(d->peers + n);
+    st_win_describe(a->win, a->sendbuf, send_bytes, &d->mine.send);
+    st_win_describe(a->win, a->recvbuf, recv_bytes, &d->mine.recv);
+    for (int k = 1; k < n; k++) {
+        st_sched_recv(s, (r - k + n) % n, 0, &d->peers[(r - k + n) % n], sizeof(bufs_t));
+        st_sched_send(s, (r + k) % n, 0, &d->mine, sizeof(bufs_t));
+    }
+    st_sched_round(s);
+    st_sched_call(s, run, d);
+    uint32_t k = 1;
+    for (int dist = 1; dist < n; dist <<= 1, k++) {
+        st_sched_recv(s, (r - dist + n) % n, k, NULL, 0);
+        st_sched_send(s, (r + dist) % n, k, NULL, 0);
+        st_sched_round(s);
+    }
+    return s->build_rc;
+}
+
+static strata_status_t allreduce_direct(st_sched_t *s, const st_coll_args_t *a)
+{
+    // This rank's block of an even split (st_blocks_even's rule, for one rank).
+    const size_t base = a->count / (size_t)a->nranks, rem = a->count % (size_t)a->nranks;
+    const size_t r = (size_t)a->rank, bytes = a->count * a->esize;
+    const size_t off = (r * base + ST_MIN(r, rem)) * a->esize, len = (base + (r < rem)) * a->esize;
+    return build(s, a, bytes, bytes, off, len, off);
+}
+
+static size_t span(const st_coll_args_t *a)
+{
+    size_t end = 0;
+    for (int i = 0; i < a->nranks; i++)
+        end = ST_MAX(end, a->displs[i] + a->counts[i]);
+    return end * a->esize;
+}
+
+static strata_status_t reduce_scatter_direct(st_sched_t *s, const st_coll_args_t *a)
+{
+    const size_t es = a->esize, mine = a->counts[a->rank] * es;
+    return build(s, a, span(a), mine, a->displs[a->rank] * es, mine, 0);
+}
+
+static strata_status_t allgather_direct(st_sched_t *s, const st_coll_args_t *a)
+{
+    const size_t es = a->esize, mine = a->counts[a->rank] * es, at = a->displs[a->rank] * es;
+    return build(s, a, mine, span(a), at, mine, at);
+}
+
+const st_algo_t st_algo_allreduce_direct = {
+    "direct", "one host: each rank reduces its block straight from its peers' buffers and writes "
+    "the result into theirs (one copy per byte)",
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_DIRECT, supports, allreduce_direct, 0};
+const st_algo_t st_algo_reduce_scatter_direct = {
+    "direct", "one host: each rank reduces its block straight from its peers' buffers",
+    STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_DIRECT, supports, reduce_scatter_direct, 0};
+const st_algo_t st_algo_allgather_direct = {
+    "direct", "one host: each rank writes its block straight into its peers' buffers",
+    STRATA_COLL_ALLGATHER, STRATA_ALGO_DIRECT, supports, allgather_direct, 0};
