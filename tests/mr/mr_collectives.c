@@ -1,7 +1,11 @@
 /* Every collective against the serial reference (tests/harness/ref.c), at 1, 2, 3, 5 and 8 ranks:
  * every dtype and op at counts 0, 1, 7 and 1001, in place and not; uneven v-variants; and large
  * counts (>= 16 MiB per buffer): allreduce for every dtype (sum) and every op (f32, i32), the other
- * collectives in f32. Floats compare within st_ref_tolerance, everything else exactly. */
+ * collectives in f32. Floats compare within st_ref_tolerance, everything else exactly.
+ *
+ * `mr_collectives small mem` runs the same matrix on buffers from strata_mem_alloc, where
+ * allreduce, reduce_scatter and allgather take the direct algorithms, plus counts whose blocks
+ * span several of the direct path's chunks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +19,59 @@ typedef struct {
     bool large;
 } opts_t;
 
+static bool use_mem; /* buffers from strata_mem_alloc (argument "mem") */
+
+/* In "mem" mode every buffer is carved from one strata_mem_alloc region per rank (as a framework
+ * would hold one arena), so peers map it once; it rewinds when no buffer is live. */
+#define MEM_POOL_BYTES (64u << 20)
+static struct {
+    char *base;
+    size_t used;
+    int live;
+} pool;
+
 static void *xalloc(size_t bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64))
+    size_t take = (bytes + 63) / 64 * 64 + 64;
+    if (pool.base) {
+        if (pool.used + take > MEM_POOL_BYTES)
+            return NULL;
+        p = pool.base + pool.used;
+        pool.used += take;
+        pool.live++;
+    } else if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
         return NULL;
+    }
     memset(p, 0xA5, bytes ? bytes : 64); // garbage: results must overwrite it
     return p;
+}
+
+static void xfree(void *p)
+{
+    if (!pool.base)
+        free(p);
+    else if (p && --pool.live == 0)
+        pool.used = 0;
+}
+
+/* Inside a rank: the world communicator, lending itself to xalloc in "mem" mode. */
+static strata_comm_t *open_comm(void)
+{
+    strata_comm_t *c = st_test_comm();
+    if (use_mem && strata_mem_alloc(c, MEM_POOL_BYTES, (void **)&pool.base) != STRATA_OK) {
+        ST_RANK_FAIL("strata_mem_alloc: %s", strata_last_error());
+        pool.base = NULL;
+    }
+    return c;
+}
+
+static void close_comm(strata_comm_t *c)
+{
+    if (pool.base)
+        strata_mem_free(c, pool.base);
+    pool.base = NULL;
+    strata_comm_destroy(c);
 }
 
 static size_t large_count(strata_dtype_t dt)
@@ -51,10 +101,10 @@ static int one_allreduce(strata_comm_t *c, strata_dtype_t dt, strata_op_t op, si
     st_ref_allreduce(dt, op, n, count, seed, exp);
     ST_RANK_CHECK_OK(strata_allreduce(c, send, recv, count, dt, op));
     int bad = check_reduced(dt, op, n, exp, recv, count, in_place ? "allreduce(in place)" : "allreduce", r);
-    free(send);
+    xfree(send);
     if (!in_place)
-        free(recv);
-    free(exp);
+        xfree(recv);
+    xfree(exp);
     return bad;
 }
 
@@ -72,9 +122,9 @@ static int one_reduce(strata_comm_t *c, strata_dtype_t dt, strata_op_t op, size_
         bad = check_reduced(dt, op, n, exp, recv, count, "reduce", r);
     }
     if (recv != send)
-        free(recv);
-    free(send);
-    free(exp);
+        xfree(recv);
+    xfree(send);
+    xfree(exp);
     return bad;
 }
 
@@ -99,9 +149,9 @@ static int one_reduce_scatter(strata_comm_t *c, strata_dtype_t dt, strata_op_t o
         ST_RANK_CHECK_OK(strata_reduce_scatterv(c, send, recv, counts, dt, op));
     int bad = check_reduced(dt, op, n, exp + mine_at * es, recv, counts[r], "reduce_scatter", r);
     if (!in_place)
-        free(recv);
-    free(send);
-    free(exp);
+        xfree(recv);
+    xfree(send);
+    xfree(exp);
     return bad;
 }
 
@@ -114,7 +164,7 @@ static int expect_block(strata_dtype_t dt, const char *got, size_t count, int sr
     char *exp = xalloc(bytes);
     st_ref_fill(dt, exp, count, src_rank, seed);
     int bad = memcmp(exp, got, bytes) != 0;
-    free(exp);
+    xfree(exp);
     if (bad)
         return ST_RANK_FAIL("%s %s count %zu rank %d/%d: block from rank %d differs", what,
                             strata_dtype_name(dt), count, rank, n, src_rank);
@@ -129,7 +179,7 @@ static int one_bcast(strata_comm_t *c, strata_dtype_t dt, size_t count, uint64_t
         st_ref_fill(dt, buf, count, root, seed);
     ST_RANK_CHECK_OK(strata_bcast(c, buf, count, dt, root));
     int bad = expect_block(dt, buf, count, root, seed, "bcast", r, n);
-    free(buf);
+    xfree(buf);
     return bad;
 }
 
@@ -156,8 +206,8 @@ static int one_allgather(strata_comm_t *c, strata_dtype_t dt, const size_t *coun
     for (int i = 0; i < n && !bad; i++)
         bad = expect_block(dt, recv + d[i] * es, counts[i], i, seed, "allgather", r, n);
     if (!in_place)
-        free(send);
-    free(recv);
+        xfree(send);
+    xfree(recv);
     free(d);
     return bad;
 }
@@ -189,9 +239,9 @@ static int one_alltoall(strata_comm_t *c, strata_dtype_t dt, size_t count, bool 
     int bad = 0;
     for (int i = 0; i < n && !bad; i++)
         bad = expect_block(dt, recv + rd[i] * es, rc[i], i, seed + (uint64_t)r, "alltoall", r, n);
-    free(send);
+    xfree(send);
     if (!in_place)
-        free(recv);
+        xfree(recv);
     free(sc);
     return bad;
 }
@@ -220,28 +270,57 @@ static int one_gather_scatter(strata_comm_t *c, strata_dtype_t dt, size_t count,
     if (!bad)
         bad = expect_block(dt, out, count, r, seed + 1, "scatter", r, n);
     if (mine != all + (size_t)root * blk)
-        free(mine);
-    free(all);
+        xfree(mine);
+    xfree(all);
     return bad;
 }
 
 /* ---- the matrix -------------------------------------------------------------------------------- */
 
 static const size_t small_counts[] = {0, 1, 7, 1001};
+#define NCOUNTS (sizeof small_counts / sizeof small_counts[0])
+#define COUNT(k) small_counts[k]
+/* In "mem" mode, a count whose per-rank blocks span several chunks of the direct path (128 KiB),
+ * for a few dtype/op pairs (the serial reference of every pair would take minutes). */
+#define SPAN_COUNT 300007
+static const struct {
+    strata_dtype_t dt;
+    strata_op_t op;
+} span_cases[] = {{STRATA_DTYPE_F32, STRATA_OP_SUM},
+                  {STRATA_DTYPE_F64, STRATA_OP_AVG},
+                  {STRATA_DTYPE_BF16, STRATA_OP_SUM},
+                  {STRATA_DTYPE_I32, STRATA_OP_MAX},
+                  {STRATA_DTYPE_U8, STRATA_OP_PROD}};
+
+/* In "mem" mode on one host, allreduce/reduce_scatter/allgather must take the direct algorithms. */
+static int check_direct(strata_comm_t *c)
+{
+    if (!use_mem || strata_comm_size(c) == 1)
+        return 0;
+    const strata_coll_t colls[] = {STRATA_COLL_ALLREDUCE, STRATA_COLL_REDUCE_SCATTER,
+                                   STRATA_COLL_ALLGATHER};
+    for (int i = 0; i < 3; i++) {
+        const char *al = strata_comm_algo_for(c, colls[i], 1u << 20, true);
+        if (strcmp(al, "direct"))
+            return ST_RANK_FAIL("%s of 1 MiB on strata_mem_alloc memory takes %s, not direct",
+                                strata_coll_name(colls[i]), al);
+    }
+    return 0;
+}
 
 static int reductions(int rank, int n, void *arg)
 {
     (void)rank;
     const opts_t *o = arg;
-    strata_comm_t *c = st_test_comm();
+    strata_comm_t *c = open_comm();
     uint64_t seed = 1;
-    int bad = 0;
+    int bad = check_direct(c);
     if (!o->large) {
         for (int dt = 0; dt < STRATA_DTYPE_COUNT; dt++)
             for (int op = 0; op < STRATA_OP_COUNT; op++)
-                for (size_t k = 0; k < sizeof small_counts / sizeof small_counts[0]; k++)
+                for (size_t k = 0; k < NCOUNTS; k++)
                     for (int ip = 0; ip < 2; ip++) {
-                        size_t cnt = small_counts[k];
+                        size_t cnt = COUNT(k);
                         bad |= one_allreduce(c, dt, op, cnt, ip, seed++);
                         bad |= one_reduce(c, dt, op, cnt, ip, seed++);
                         size_t *counts = malloc((size_t)n * sizeof *counts);
@@ -255,6 +334,19 @@ static int reductions(int rank, int n, void *arg)
                         if (bad)
                             goto out;
                     }
+        for (size_t k = 0; use_mem && k < sizeof span_cases / sizeof span_cases[0]; k++) {
+            size_t *counts = malloc((size_t)n * sizeof *counts);
+            for (int i = 0; i < n; i++)
+                counts[i] = SPAN_COUNT / (size_t)n + (size_t)(i % 2);
+            for (int ip = 0; ip < 2; ip++) {
+                bad |= one_allreduce(c, span_cases[k].dt, span_cases[k].op, SPAN_COUNT, ip, seed++);
+                bad |= one_reduce_scatter(c, span_cases[k].dt, span_cases[k].op, counts, false, ip,
+                                          seed++);
+            }
+            free(counts);
+            if (bad)
+                goto out;
+        }
     } else {
         for (int dt = 0; dt < STRATA_DTYPE_COUNT && !bad; dt++)
             bad |= one_allreduce(c, dt, STRATA_OP_SUM, large_count(dt), dt % 2, seed++);
@@ -272,7 +364,7 @@ static int reductions(int rank, int n, void *arg)
         free(counts);
     }
 out:
-    strata_comm_destroy(c);
+    close_comm(c);
     return bad;
 }
 
@@ -280,15 +372,15 @@ static int movement(int rank, int n, void *arg)
 {
     (void)rank;
     const opts_t *o = arg;
-    strata_comm_t *c = st_test_comm();
+    strata_comm_t *c = open_comm();
     uint64_t seed = 1000;
     int bad = 0;
     size_t *counts = malloc((size_t)n * sizeof *counts), *displs = malloc((size_t)n * sizeof *displs);
     if (!o->large) {
         for (int dt = 0; dt < STRATA_DTYPE_COUNT && !bad; dt++)
-            for (size_t k = 0; k < sizeof small_counts / sizeof small_counts[0] && !bad; k++)
+            for (size_t k = 0; k < NCOUNTS && !bad; k++)
                 for (int ip = 0; ip < 2 && !bad; ip++) {
-                    size_t cnt = small_counts[k];
+                    size_t cnt = COUNT(k);
                     bad |= one_bcast(c, dt, cnt, seed++);
                     for (int i = 0; i < n; i++)
                         counts[i] = cnt;
@@ -304,6 +396,10 @@ static int movement(int rank, int n, void *arg)
                     bad |= one_alltoall(c, dt, cnt, true, false, seed++);
                     bad |= one_gather_scatter(c, dt, cnt, ip, seed++);
                 }
+        for (int i = 0; use_mem && i < n; i++)
+            counts[i] = SPAN_COUNT / (size_t)n;
+        for (int ip = 0; use_mem && ip < 2 && !bad; ip++)
+            bad |= one_allgather(c, STRATA_DTYPE_F64, counts, NULL, true, ip, seed++);
     } else {
         size_t big = large_count(STRATA_DTYPE_F32);
         bad |= one_bcast(c, STRATA_DTYPE_F32, big, seed++);
@@ -318,7 +414,7 @@ static int movement(int rank, int n, void *arg)
     }
     free(counts);
     free(displs);
-    strata_comm_destroy(c);
+    close_comm(c);
     return bad;
 }
 
@@ -356,9 +452,11 @@ RANKS(movement_large_3, movement, 3, true)
 RANKS(movement_large_8, movement, 8, true)
 
 /* `mr_collectives small` skips the >= 16 MiB cases, `mr_collectives large` runs only them: ctest
- * registers both, so the slow sanitizer builds can leave the large ones to the release and ASan runs. */
+ * registers both, so the slow sanitizer builds can leave the large ones to the release and ASan runs.
+ * A second argument "mem" allocates every buffer with strata_mem_alloc. */
 int main(int argc, char **argv)
 {
+    use_mem = argc > 2 && !strcmp(argv[2], "mem");
     if (argc > 1 && !strcmp(argv[1], "small"))
         cmocka_set_skip_filter("*large*");
     else if (argc > 1 && !strcmp(argv[1], "large"))

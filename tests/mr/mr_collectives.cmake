@@ -4,3 +4,6 @@ set(test_args small)
 set(test_timeout 900)
 add_test(NAME mr_collectives_large COMMAND mr_collectives large)
 set_tests_properties(mr_collectives_large PROPERTIES LABELS "mr;large" TIMEOUT 900)
+# The same matrix on strata_mem_alloc memory: the direct algorithms.
+add_test(NAME mr_collectives_mem COMMAND mr_collectives small mem)
+set_tests_properties(mr_collectives_mem PROPERTIES LABELS "mr" TIMEOUT 900)

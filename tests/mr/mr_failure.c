@@ -1,7 +1,8 @@
 /* Failure behaviour: a rank killed mid-allreduce makes every other rank fail with an error naming it,
  * well within the timeout, never a hang (shm and tcp); strata_comm_abort reaches every rank; a rank
  * that never shows up gives a timeout naming who was awaited; garbage on the store port does not
- * harm the job; bad arguments return clear errors. */
+ * harm the job; bad arguments return clear errors. The kill test also runs the direct allreduce,
+ * on strata_mem_alloc memory and through CMA. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,14 +24,18 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The victim is the last rank; it dies by SIGKILL after its allreduce has started moving data. */
+/* The victim is the last rank; it dies by SIGKILL after its allreduce has started moving data.
+ * With a non-NULL arg the buffer comes from strata_mem_alloc (the direct algorithm on one host). */
 static int killed_mid_allreduce(int rank, int n, void *arg)
 {
-    (void)arg;
     strata_comm_t *c = st_test_comm();
     const int victim = n - 1;
     const size_t count = 8u << 20; // 32 MiB: long enough to be interrupted
-    float *buf = calloc(count, sizeof *buf);
+    float *buf = NULL;
+    if (arg)
+        ST_RANK_CHECK_OK(strata_mem_alloc(c, count * sizeof *buf, (void **)&buf));
+    else
+        buf = calloc(count, sizeof *buf);
     double t0 = now_s();
     // A barrier guarantees everyone entered, not that everyone left: the victim may die while a
     // survivor is still finishing it, and then the barrier is the pending call that must fail.
@@ -63,7 +68,10 @@ static int killed_mid_allreduce(int rank, int n, void *arg)
     if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), want))
         return ST_RANK_FAIL("next call after the failure: %s: %s", strata_status_name(rc),
                             strata_last_error());
-    free(buf);
+    if (arg)
+        strata_mem_free(c, buf);
+    else
+        free(buf);
     strata_comm_destroy(c);
     return 0;
 }
@@ -195,6 +203,9 @@ static int bad_arguments(int rank, int n, void *arg)
     int bad = 0;
     bad |= expect_err(strata_allreduce(NULL, f, f, 4, STRATA_DTYPE_F32, STRATA_OP_SUM),
                       STRATA_ERR_INVALID_ARG, "comm is NULL", "NULL comm");
+    void *mem = NULL;
+    bad |= expect_err(strata_mem_alloc(c, 0, &mem), STRATA_ERR_INVALID_ARG, "size is 0", "mem 0");
+    bad |= expect_err(strata_mem_free(c, f), STRATA_ERR_INVALID_ARG, "not returned by", "mem free");
     bad |= expect_err(strata_allreduce(c, f, f, 4, (strata_dtype_t)99, STRATA_OP_SUM),
                       STRATA_ERR_INVALID_ARG, "dtype", "bad dtype");
     bad |= expect_err(strata_allreduce(c, f, f, 4, STRATA_DTYPE_F32, (strata_op_t)42),
@@ -232,11 +243,16 @@ static int bad_arguments(int rank, int n, void *arg)
     return bad;
 }
 
-static void run(st_rank_fn fn, int n, const char *env, int victim)
+static void run_arg(st_rank_fn fn, void *arg, int n, const char *env, int victim)
 {
     st_ranks_opts_t o = {.deadline_ms = 60000, .extra_env = env, .expect_fail_rank = victim};
-    if (st_test_ranks(n, fn, NULL, &o) != 0)
+    if (st_test_ranks(n, fn, arg, &o) != 0)
         fail_msg("%d ranks (env %s) failed", n, env ? env : "-");
+}
+
+static void run(st_rank_fn fn, int n, const char *env, int victim)
+{
+    run_arg(fn, NULL, n, env, victim);
 }
 
 static void test_killed_shm(void **state)
@@ -254,6 +270,17 @@ static void test_killed_tcp(void **state)
     for (int i = 0; i < 4; i++)
         run(killed_mid_allreduce, sizes[i], "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_TRANSPORT=tcp",
             sizes[i] - 1);
+}
+
+/* Direct algorithms: peers' buffers mapped (strata_mem_alloc), or reached through CMA (forced). */
+static void test_killed_direct(void **state)
+{
+    (void)state;
+    static char mem[] = "mem";
+    const int sizes[] = {2, 3, 5, 8};
+    for (int i = 0; i < 4; i++)
+        run_arg(killed_mid_allreduce, mem, sizes[i], "STRATA_COMM_TIMEOUT_MS=20000", sizes[i] - 1);
+    run(killed_mid_allreduce, 3, "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_ALGO=allreduce:direct", 2);
 }
 
 static void test_abort(void **state)
@@ -287,6 +314,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
+        cmocka_unit_test(test_killed_direct),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
     };
