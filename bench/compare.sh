@@ -21,6 +21,11 @@
 #   integer-valued float32 data); "unsupported" a collective the peer lacks (Gloo has no
 #   reduce_scatter on CPU); "missing: why" a peer that could not be built or run; nothing is skipped
 #   silently.
+# - shm also gets a second table per collective, "strata(mem)": strata run with `bench -R 1`, its
+#   buffers from strata_mem_alloc, which the other ranks of the host map, so allreduce,
+#   reduce_scatter and allgather take the direct algorithms (docs/comm.md). The peers keep their
+#   malloc buffers in both tables; MPI has no counterpart that speeds up its collectives (as NCCL's
+#   ncclMemAlloc/registration has, which is what this mirrors).
 # - Transports. shm: strata over shared memory, Open MPI with its default selection (the ob1 PML
 #   with the vader shared-memory BTL on a machine without InfiniBand), MPICH with its default (Debian
 #   builds ch4:ucx; on one host it uses its POSIX shared-memory module, and UCX's sysv/cma for the
@@ -192,6 +197,9 @@ for rep in $(seq "$REPEAT"); do
             for c in ${COLLS//,/ }; do
                 run "strata-$tr" "strata-$tr-$c$r" "$STRATA" launch -n 2 "${flag[@]}" -- \
                     "$STRATA" bench "$c" "${peer_args[@]}"
+                # The same over strata_mem_alloc buffers, which peers on the host reach directly.
+                [ $tr = shm ] && run "strata_mem-$tr" "strata_mem-$tr-$c$r" "$STRATA" launch -n 2 \
+                    -- "$STRATA" bench "$c" -R 1 "${peer_args[@]}"
             done
         fi
         if [ $have_openmpi = 1 ]; then
@@ -306,22 +314,25 @@ try:
 except FileNotFoundError:
     pass
 strata_bad = 0
-for tr in transports:
-    data = {impl: load(run_name(impl, tr)) for impl in ("strata",) + PEERS}
+for tr, mine in [(t, m) for t in transports for m in ("strata", "strata_mem")
+                 if m == "strata" or t == "shm"]:
+    data = {impl: load(run_name(impl, tr)) for impl in ("strata", "strata_mem") + PEERS}
+    data["strata"] = data[mine]
     for coll in colls:
         sizes = sorted({s for recs in data.values() for (c, s) in recs if c == coll})
         print()
         labels = ["strata"] + [p + ("(tcp)" if p == "gloo" else "") for p in PEERS]
-        print("== %s over %s, 2 ranks: busbw GB/s, x = strata/peer (latency rows: us, x = strata/peer time)"
-              % (coll, tr))
-        for impl in ("strata",) + PEERS:
+        print("== %s over %s, 2 ranks: busbw GB/s, x = strata/peer (latency rows: us, x = strata/peer time)%s"
+              % (coll, tr, "; strata's buffers from strata_mem_alloc (bench -R 1)"
+                 if mine == "strata_mem" else ""))
+        for impl in (mine,) + PEERS:
             w = why_missing(impl, tr)
             if w:
                 print("   %s: missing (%s)" % (impl, w))
             for why in partial.get(run_name(impl, tr), []):
                 if coll in why or impl != "strata":
                     print("   %s: partial (%s)" % (impl, why))
-        hdr = "%12s %4s %14s" % ("size(B)", "", "strata")
+        hdr = "%12s %4s %14s" % ("size(B)", "", "strata" if mine == "strata" else "strata(mem)")
         for l in labels[1:]:
             hdr += " %14s %7s" % (l, "x")
         print(hdr)
@@ -350,7 +361,7 @@ for tr in transports:
             row["kind"] = "latency" if lat else "busbw"
             rows.append(row)
             print(line)
-        summary["tables"].setdefault(tr, {})[coll] = rows
+        summary["tables"].setdefault(tr if mine == "strata" else tr + "_mem", {})[coll] = rows
 
 path = os.path.join(out, "summary.json")
 with open(path, "w") as f:
