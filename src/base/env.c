@@ -15,7 +15,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_COMM_TIMEOUT_MS", "300000", "timeout of every blocking call and wait, in ms"},
     {"STRATA_COMM_ALGO", "", "force algorithms, e.g. allreduce:ring,bcast:binomial (see `strata algos`)"},
     {"STRATA_COMM_TRANSPORT", "auto", "auto (shm on one host, tcp between hosts) or tcp (tcp everywhere)"},
-    {"STRATA_COMM_SPIN_US", "50", "how long a waiting rank polls before it sleeps, in microseconds"},
+    {"STRATA_COMM_SPIN_US", "auto", "how long a waiting rank polls before it sleeps, in microseconds (auto: 1000, or 50 when the host's ranks outnumber its cores)"},
     {"STRATA_SHM_SLOT_BYTES", "256K", "payload bytes per shared-memory ring slot"},
     {"STRATA_SHM_SLOTS", "8", "slots per directed shared-memory ring"},
     {"STRATA_SHM_CMA", "1", "0 turns off cross-memory attach and with it the direct algorithms (ranks of one host then exchange only messages); set alike on every rank"},

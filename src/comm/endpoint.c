@@ -6,6 +6,7 @@
  * serves a peer, matches arrivals to receives, and sleeps when there is nothing to do.
  */
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,23 @@ static uint64_t host_identity(char *host, size_t hostlen)
     }
     snprintf(id, sizeof id, "%s/%llu/%s", host, netns, boot);
     return fnv1a(id);
+}
+
+/* How long a waiting rank polls before it sleeps. With at most one rank per core a rank polls long
+ * (1 ms): nobody else needs its core, and waking a sleeping core costs far more than polling (tens
+ * to hundreds of microseconds on a virtual machine, which a large transfer pays at every stall).
+ * With more ranks than cores on the host it sleeps after 50 us, so the rank it waits for can run. */
+static uint64_t spin_ns(const st_ep_t *ep)
+{
+    long long us = st_knob_int("STRATA_COMM_SPIN_US", -1);
+    if (us >= 0)
+        return (uint64_t)us * 1000u;
+    const char *lws = getenv("LOCAL_WORLD_SIZE"); // torchrun, strata launch
+    long long local = ep->single_host ? ep->nranks : lws && atoi(lws) > 0 ? atoi(lws) : ep->nranks;
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : sysconf(_SC_NPROCESSORS_ONLN);
+    return (local > cpus ? 50 : 1000) * 1000ull;
 }
 
 int st_ep_rank(const st_ep_t *ep) { return ep->rank; }
@@ -204,7 +222,6 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     snprintf(ep->secret, sizeof ep->secret, "%s", cfg->secret ? cfg->secret : "");
     snprintf(ep->job_id, sizeof ep->job_id, "%s", cfg->job_id ? cfg->job_id : "");
     ep->host_hash = host_identity(ep->host, sizeof ep->host);
-    ep->spin_ns = (uint64_t)st_knob_int("STRATA_COMM_SPIN_US", 50) * 1000u;
     ep->peers = calloc((size_t)cfg->nranks, sizeof *ep->peers);
     ep->live = calloc((size_t)cfg->nranks, sizeof *ep->live);
     if (!ep->peers || !ep->live) {
@@ -238,6 +255,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
                      (int)getpid(), ep->host, tcpaddr);
     ST_TRY_GOTO(st_store_set(ep->store, key, val, (size_t)n), rc, fail);
     ST_TRY_GOTO(store_barrier(ep), rc, fail);
+    ep->spin_ns = spin_ns(ep);
     ST_LOG_INFO(ST_SUB_COMM, "endpoint up: rank %d/%d host %s%s", ep->rank, ep->nranks, ep->host,
                 ep->single_host ? " (single host)" : "");
     ep->joined = true;

@@ -263,6 +263,11 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
     c->size = size;
     seg_hdr_t *h = c->base;
     if (c->created) {
+        // Fault in each slot's first page now (small messages use only that page): a first touch
+        // costs microseconds, more on a virtual machine, and would land in a user's first calls.
+        char *slot0 = (char *)c->base + 64 + 2 * sizeof(ring_t);
+        for (size_t i = 0; i < 2 * (size_t)t->nslots; i++)
+            memset(slot0 + i * (SLOT_HDR + t->slot_bytes), 0, SLOT_HDR);
         h->nslots = t->nslots;
         h->slot_bytes = t->slot_bytes;
         atomic_store_explicit(&h->magic, SEG_MAGIC, memory_order_release);
