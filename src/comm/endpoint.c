@@ -306,6 +306,14 @@ static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
 {
     if (p->resolved)
         return STRATA_OK;
+    if (st_ep_single_host(ep)) {
+        // Every rank is here and talks shared memory, which learns the peer's pid from its
+        // doorbell: no store round trip (served by one thread, it was most of a 512-rank start).
+        p->host_hash = ep->host_hash;
+        snprintf(p->host, sizeof p->host, "%s", ep->host);
+        p->resolved = true;
+        return STRATA_OK;
+    }
     char key[32];
     snprintf(key, sizeof key, "addr/%d", p->rank);
     void *val = NULL;

@@ -107,6 +107,11 @@ typedef struct launcher {
     uint64_t drain_deadline; /* 0: none armed */
 
     outbuf_t out[2]; /* [0] stdout, [1] stderr */
+
+    /* Every rank's environment: the launcher's plus RANK and LOCAL_RANK, whose texts are rewritten
+     * before each spawn (a vfork child must not allocate or touch the parent's environ). */
+    char **envp;
+    char rank_kv[32], local_kv[32];
 } launcher_t;
 
 static const int forwarded_signals[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -553,9 +558,29 @@ static bool stream_read(launcher_t *L, stream_t *s)
 
 /* ---- ranks ---------------------------------------------------------------------------------- */
 
-/* In the child between fork and exec: only async-signal-safe calls, plus setenv (the launcher is
- * single-threaded, so no lock can be held by a thread that fork did not copy). */
-static void child_exec(launcher_t *L, int rank, int out_w, int err_w, int in_fd, pid_t parent)
+/* The ranks' environment (see launcher_t.envp); 0 or 1 after printing why not. */
+static int build_envp(launcher_t *L)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    L->envp = calloc(n + 3, sizeof *L->envp);
+    if (!L->envp)
+        return cmd_fail(NULL, "launch: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "RANK=", 5) && strncmp(environ[i], "LOCAL_RANK=", 11))
+            L->envp[k++] = environ[i];
+    L->envp[k++] = L->rank_kv;
+    L->envp[k++] = L->local_kv;
+    return 0;
+}
+
+/* In the vfork child until exec: it shares the launcher's memory, so only system calls on its own
+ * stack (no allocation, no setenv). vfork rather than fork: copying the launcher's page tables for
+ * every rank made starting 512 ranks take a second longer on a virtual machine. */
+static void child_exec(launcher_t *L, int out_w, int err_w, int in_fd, pid_t parent)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -569,14 +594,21 @@ static void child_exec(launcher_t *L, int rank, int out_w, int err_w, int in_fd,
     }
     sigaction(SIGPIPE, &L->old_sigpipe, NULL);
     sigprocmask(SIG_SETMASK, &L->oldmask, NULL);
-    char buf[16];
-    snprintf(buf, sizeof buf, "%d", rank);
-    setenv("RANK", buf, 1);
-    setenv("LOCAL_RANK", buf, 1);
-    execvp(L->opt.argv[0], L->opt.argv);
+    execvpe(L->opt.argv[0], L->opt.argv, L->envp);
     int err = errno;
     dprintf(2, "strata launch: cannot run '%s': %s\n", L->opt.argv[0], strerror(err));
     _exit(err == ENOENT ? 127 : 126);
+}
+
+/* vforks a rank (its RANK texts already set); kept apart so nothing of the caller's is live across
+ * vfork. Returns the pid, or -1 with errno. */
+static pid_t start_child(launcher_t *L, int out_w, int err_w, int in_fd)
+{
+    pid_t parent = getpid();
+    pid_t pid = vfork();
+    if (pid == 0)
+        child_exec(L, out_w, err_w, in_fd, parent);
+    return pid;
 }
 
 static void set_nonblock(int fd)
@@ -601,8 +633,9 @@ static int spawn_rank(launcher_t *L, int r, int devnull, bool stdin_to_rank0)
                         "launch: pipe for rank %d: %s", r, strerror(err));
     }
     int in_fd = (r == 0 && stdin_to_rank0) ? 0 : devnull;
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    snprintf(L->rank_kv, sizeof L->rank_kv, "RANK=%d", r);
+    snprintf(L->local_kv, sizeof L->local_kv, "LOCAL_RANK=%d", r);
+    pid_t pid = start_child(L, po[1], pe[1], in_fd);
     if (pid < 0) {
         int err = errno;
         if (L->opt.prefix) {
@@ -614,8 +647,6 @@ static int spawn_rank(launcher_t *L, int r, int devnull, bool stdin_to_rank0)
         return cmd_fail(err == EAGAIN ? "the process limit (ulimit -u) may be too low" : NULL,
                         "launch: fork for rank %d: %s", r, strerror(err));
     }
-    if (pid == 0)
-        child_exec(L, r, po[1], pe[1], in_fd, parent);
     // Both sides set the group so a signal sent right after fork cannot miss it.
     setpgid(pid, pid);
     L->procs[r] = (rank_proc_t){.pid = pid, .alive = true};
@@ -771,7 +802,10 @@ static int run_loop(launcher_t *L)
                 which[np] = i;
                 pfds[np++] = (struct pollfd){.fd = L->streams[i].fd, .events = POLLIN};
             }
-        int rc = poll(pfds, (nfds_t)np, poll_timeout(L));
+        // SIGCHLD can go astray: a thread a library started before the signals were blocked
+        // (OpenBLAS's pool, loaded with the strata command) may take it. Reap on a timer too.
+        int timeout = poll_timeout(L);
+        int rc = poll(pfds, (nfds_t)np, timeout < 0 || timeout > 100 ? 100 : timeout);
         if (rc < 0 && errno != EINTR) {
             fprintf(stderr, "strata launch: poll: %s\n", strerror(errno));
             signal_ranks(L, SIGKILL);
@@ -785,6 +819,7 @@ static int run_loop(launcher_t *L)
             if (pfds[0].revents)
                 drain_signals(L);
         }
+        reap(L);
         uint64_t now = st_now_ns();
         if (L->kill_deadline && !L->killed && now >= L->kill_deadline) {
             if (L->alive > 0)
@@ -872,7 +907,7 @@ int cmd_launch(int argc, char **argv)
     }
     for (int i = 0; o->prefix && i < 2 * o->nranks; i++)
         L->streams[i].fd = -1;
-    if ((rc = setup_signals(L)) != 0)
+    if ((rc = setup_signals(L)) != 0 || (rc = build_envp(L)) != 0)
         goto out;
 
     // Rank 0 reads the launcher's stdin when it is a file or a pipe (as mpirun does); a terminal
@@ -900,6 +935,7 @@ out:
             close(L->streams[i].fd);
     free(L->streams);
     free(L->procs);
+    free(L->envp);
     free(L);
     return rc;
 }

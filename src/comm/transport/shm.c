@@ -7,6 +7,12 @@
  * (or reduces) it out and releases the slot with the tail. Sender and receiver work on different
  * slots at once, so a large message is pipelined, and the fast path makes no system call.
  *
+ * Layout: the first page holds the rings and every slot's 64-byte header, whose second half
+ * carries a message of up to 32 bytes inline; the slots' payloads follow, page-aligned. A small
+ * message (a barrier, an 8-byte allreduce) thus moves one cache line and never touches a payload
+ * page: a first touch of a page costs microseconds (more on a virtual machine), which a 512-rank
+ * start-up would pay on every connection.
+ *
  * Sleeping: every process owns a doorbell page (a futex word plus a "sleeping" flag). A rank about
  * to sleep raises its flag, re-checks its rings, and waits on the futex; a peer that publishes or
  * frees a slot rings the bell only when the flag is up (Dekker-style fences make this race-free).
@@ -31,11 +37,13 @@
 #define SEG_MAGIC  0x53545348u /* "STSH" */
 #define BELL_MAGIC 0x5354424cu /* "STBL" */
 #define SLOT_HDR   64
+#define INLINE_MAX 32 /* bytes of a message carried in its slot header */
 
 typedef struct bell {
     _Alignas(64) atomic_uint seq;
     _Alignas(64) atomic_uint sleeping;
-    atomic_uint magic;
+    atomic_uint magic; /* set last: the fields below are valid */
+    int32_t pid;       /* the owner, for peers that did not look it up in the store */
 } bell_t;
 
 typedef struct ring {
@@ -54,7 +62,9 @@ typedef struct slot_hdr {
     uint64_t msg_bytes;
     uint64_t off;
     uint64_t len;
+    char inline_data[INLINE_MAX]; /* the payload when msg_bytes <= INLINE_MAX */
 } slot_hdr_t;
+_Static_assert(sizeof(slot_hdr_t) == SLOT_HDR, "a slot header is one cache line");
 
 struct st_transport {
     bell_t *bell;
@@ -67,6 +77,7 @@ typedef struct shm_conn {
     void *base;
     size_t size;
     ring_t *tx, *rx;
+    slot_hdr_t *tx_hdrs, *rx_hdrs;
     char *tx_slots, *rx_slots;
     bell_t *peer_bell;
     int pidfd;
@@ -75,9 +86,15 @@ typedef struct shm_conn {
     bool created;
 } shm_conn_t;
 
+/* Bytes before the payloads: segment header, two rings, 2 * nslots slot headers; page-aligned. */
+static size_t seg_head_size(uint32_t nslots)
+{
+    return (64 + 2 * sizeof(ring_t) + 2 * (size_t)nslots * SLOT_HDR + 4095) & ~(size_t)4095;
+}
+
 static size_t seg_size(uint32_t nslots, uint32_t slot_bytes)
 {
-    return 64 + 2 * sizeof(ring_t) + 2 * (size_t)nslots * (SLOT_HDR + slot_bytes);
+    return seg_head_size(nslots) + 2 * (size_t)nslots * slot_bytes;
 }
 
 static long futex(atomic_uint *addr, int op, unsigned val, const struct timespec *ts)
@@ -157,6 +174,7 @@ static strata_status_t shm_open_tp(st_ep_t *ep, st_transport_t **out)
         return st_error_errno(STRATA_ERR_SYSTEM, errno, "mmap shared-memory doorbell");
     }
     atomic_store(&t->bell->sleeping, 0);
+    t->bell->pid = (int32_t)getpid();
     atomic_store(&t->bell->magic, BELL_MAGIC);
     *out = t;
     return STRATA_OK;
@@ -221,6 +239,10 @@ static strata_status_t open_peer_bell(st_ep_t *ep, shm_conn_t *c, int rank)
     bool ok = wait_for(fd_has_size, &w, st_ep_timeout_ms(ep));
     c->peer_bell = ok ? map_fd(fd, 4096) : NULL;
     close(fd);
+    if (c->peer_bell && !wait_for(magic_set, &c->peer_bell->magic, st_ep_timeout_ms(ep))) {
+        munmap(c->peer_bell, 4096);
+        c->peer_bell = NULL;
+    }
     if (!c->peer_bell)
         return st_error(STRATA_ERR_PEER_FAILED, "cannot map the doorbell of rank %d", rank);
     return STRATA_OK;
@@ -263,11 +285,6 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
     c->size = size;
     seg_hdr_t *h = c->base;
     if (c->created) {
-        // Fault in each slot's first page now (small messages use only that page): a first touch
-        // costs microseconds, more on a virtual machine, and would land in a user's first calls.
-        char *slot0 = (char *)c->base + 64 + 2 * sizeof(ring_t);
-        for (size_t i = 0; i < 2 * (size_t)t->nslots; i++)
-            memset(slot0 + i * (SLOT_HDR + t->slot_bytes), 0, SLOT_HDR);
         h->nslots = t->nslots;
         h->slot_bytes = t->slot_bytes;
         atomic_store_explicit(&h->magic, SEG_MAGIC, memory_order_release);
@@ -288,14 +305,19 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
     close(fd);
     fd = -1;
     ring_t *rings = (ring_t *)((char *)c->base + 64);
-    char *slots = (char *)(rings + 2);
-    size_t ring_bytes = (size_t)t->nslots * (SLOT_HDR + t->slot_bytes);
+    slot_hdr_t *hdrs = (slot_hdr_t *)(rings + 2);
+    char *slots = (char *)c->base + seg_head_size(t->nslots);
+    size_t ring_bytes = (size_t)t->nslots * t->slot_bytes;
     int dir = me == lo ? 0 : 1; // ring 0 carries lo -> hi
     c->tx = &rings[dir];
     c->rx = &rings[1 - dir];
+    c->tx_hdrs = hdrs + (size_t)dir * t->nslots;
+    c->rx_hdrs = hdrs + (size_t)(1 - dir) * t->nslots;
     c->tx_slots = slots + (size_t)dir * ring_bytes;
     c->rx_slots = slots + (size_t)(1 - dir) * ring_bytes;
     ST_TRY_GOTO(open_peer_bell(ep, c, peer->rank), rc, fail);
+    if (!peer->pid)
+        peer->pid = c->peer_bell->pid;
     c->pidfd = (int)syscall(SYS_pidfd_open, peer->pid, 0);
     peer->conn = c;
     return STRATA_OK;
@@ -331,7 +353,6 @@ static void shm_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
 static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, shm_conn_t *c,
                                   bool *moved)
 {
-    const size_t stride = SLOT_HDR + t->slot_bytes;
     bool published = false;
     while (peer->sendq) {
         st_msg_t *m = peer->sendq;
@@ -340,15 +361,16 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             uint64_t tail = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
             if (head - tail >= t->nslots)
                 goto out; // ring full: the consumer will ring our bell when it frees a slot
-            char *slot = c->tx_slots + (head % t->nslots) * stride;
+            size_t i = head % t->nslots;
             size_t len = ST_MIN((size_t)t->slot_bytes, m->bytes - m->done);
-            slot_hdr_t *h = (slot_hdr_t *)slot;
+            slot_hdr_t *h = &c->tx_hdrs[i];
             h->tag = m->tag;
             h->msg_bytes = m->bytes;
             h->off = m->done;
             h->len = len;
+            char *data = m->bytes <= INLINE_MAX ? h->inline_data : c->tx_slots + i * t->slot_bytes;
             if (len)
-                memcpy(slot + SLOT_HDR, (const char *)m->sbuf + m->done, len);
+                memcpy(data, (const char *)m->sbuf + m->done, len);
             atomic_store_explicit(&c->tx->head, ++head, memory_order_release);
             m->done += len;
             published = true;
@@ -369,15 +391,14 @@ out:
 static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, shm_conn_t *c,
                                   bool drain, bool *moved)
 {
-    const size_t stride = SLOT_HDR + t->slot_bytes;
     uint64_t tail = atomic_load_explicit(&c->rx->tail, memory_order_relaxed);
     bool consumed = false;
     for (;;) {
         uint64_t head = atomic_load_explicit(&c->rx->head, memory_order_acquire);
         if (tail == head)
             break;
-        const char *slot = c->rx_slots + (tail % t->nslots) * stride;
-        const slot_hdr_t *h = (const slot_hdr_t *)slot;
+        size_t i = tail % t->nslots;
+        const slot_hdr_t *h = &c->rx_hdrs[i];
         if (!c->rx_cur) {
             c->rx_cur = st_ep_match(ep, peer, h->tag, h->msg_bytes, drain);
             if (!c->rx_cur) {
@@ -388,7 +409,9 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             }
         }
         bool last = h->off + h->len >= h->msg_bytes;
-        st_msg_deliver(ep, c->rx_cur, h->off, slot + SLOT_HDR, h->len);
+        const char *data =
+            h->msg_bytes <= INLINE_MAX ? h->inline_data : c->rx_slots + i * t->slot_bytes;
+        st_msg_deliver(ep, c->rx_cur, h->off, data, h->len);
         if (last)
             c->rx_cur = NULL;
         atomic_store_explicit(&c->rx->tail, ++tail, memory_order_release);
