@@ -190,8 +190,9 @@ void st_win_describe(const st_win_t *w, const void *p, size_t bytes, st_buf_desc
     }
 }
 
-/* Maps region `d` of `peer`: the owner's memfd, duplicated through a pidfd, mapped whole. */
-static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d, strata_status_t *rc)
+/* Maps region `d` of `peer`: the owner's memfd, duplicated through a pidfd, mapped whole. Returns
+ * the cache entry, or NULL with errno set. */
+static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d)
 {
     int pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
     int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, d->fd, 0);
@@ -199,20 +200,17 @@ static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d, strat
     if (pidfd >= 0)
         close(pidfd);
     if (fd < 0) {
-        *rc = st_error_errno(e == ESRCH ? STRATA_ERR_PEER_FAILED : STRATA_ERR_SYSTEM, e,
-                             "cannot reach memory region %llu of rank %d (pid %d)",
-                             (unsigned long long)d->region, peer, (int)d->pid);
+        errno = e;
         return NULL;
     }
     off_t size = lseek(fd, 0, SEEK_END);
     void *p = size > 0 ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                               fd, 0)
                        : MAP_FAILED;
-    e = errno;
+    e = size > 0 ? errno : EBADF;
     close(fd);
     if (p == MAP_FAILED) {
-        *rc = st_error_errno(STRATA_ERR_SYSTEM, e, "cannot map memory region %llu of rank %d",
-                             (unsigned long long)d->region, peer);
+        errno = e;
         return NULL;
     }
     if (w->nmapped == MAX_MAPPED) { // the oldest mappings go first, round robin
@@ -226,23 +224,21 @@ static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d, strat
     return m;
 }
 
-void *st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t bytes, strata_status_t *rc)
+int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t bytes, void **out)
 {
-    *rc = STRATA_OK;
+    *out = NULL;
     if (!d->region || !w->can_map)
-        return NULL;
+        return 0;
     mapped_t *m = NULL;
     for (int i = 0; i < w->nmapped && !m; i++)
         if (w->mapped[i].peer == peer && w->mapped[i].region == d->region)
             m = &w->mapped[i];
-    if (!m && !(m = map_region(w, peer, d, rc)))
-        return NULL;
-    if (d->offset + bytes > m->size) {
-        *rc = st_error(STRATA_ERR_INTERNAL, "rank %d described %zu bytes past its region's end", peer,
-                       bytes);
-        return NULL;
-    }
-    return m->base + d->offset;
+    if (!m && !(m = map_region(w, peer, d)))
+        return errno ? errno : EIO;
+    if (d->offset + bytes > m->size)
+        return ERANGE;
+    *out = m->base + d->offset;
+    return 0;
 }
 
 int st_win_copy(const st_buf_desc_t *d, size_t off, void *local, size_t len, bool to_peer)

@@ -49,10 +49,11 @@ bool st_win_owns(const st_win_t *w, const void *p);
 /* Describes [p, p + bytes) of this process for peers. */
 void st_win_describe(const st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d);
 
-/* Where a peer's buffer can be touched directly: the local address of byte 0 of `d` (a mapped
- * region, mapped now if need be), or NULL when it must go through st_win_copy. `peer` (the owner's
- * world rank) keys the cache. Errors (the owner is gone, the region cannot be mapped) set *rc. */
-void *st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t bytes, strata_status_t *rc);
+/* Where a peer's buffer can be touched directly: sets *out to the local address of byte 0 of `d` (a
+ * mapped region, mapped now if need be), or to NULL when it must go through st_win_copy. `peer`
+ * (the owner's world rank) keys the cache. Returns 0, or the errno when the region cannot be
+ * reached (ESRCH: the owner has exited; EBADF: it freed the region; ERANGE: `bytes` run past it). */
+int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t bytes, void **out);
 
 /* Copies `len` bytes between this process and byte `off` of a peer's buffer `d` through CMA:
  * into `local` when `to_peer` is false, out of it otherwise. Returns the errno on failure (ESRCH:

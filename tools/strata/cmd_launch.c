@@ -3,7 +3,7 @@
  * hosts it), makes a random job secret and job id, and gives each rank RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/MASTER_PORT and the STRATA_* bootstrap
  * variables. Every line a rank writes comes out whole, prefixed with "[r<rank>] ", through two
- * pipes per rank that one poll loop reads; signals arrive in the same loop through a signalfd.
+ * pipes per rank that one poll loop reads; signals arrive in the same loop through a self-pipe.
  *
  * Process groups: each rank runs in a process group of its own (setpgid), not in the launcher's.
  * A Ctrl-C in a terminal therefore reaches only the launcher (the terminal's foreground group),
@@ -36,7 +36,6 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -51,7 +50,7 @@
 #define LAUNCH_LINE_MAX      (1 << 20) /* a longer line is written out in pieces */
 #define LAUNCH_READ_CHUNK    65536
 #define LAUNCH_OUT_BUF       (LAUNCH_READ_CHUNK * 2)
-#define LAUNCH_SPARE_FDS     32 /* stdio, signalfd, /dev/null, the exec'd program's own needs */
+#define LAUNCH_SPARE_FDS     32 /* stdio, signal pipe, /dev/null, the exec'd program's own needs */
 
 typedef struct launch_opts {
     int nranks;
@@ -91,7 +90,7 @@ typedef struct launcher {
     stream_t *streams; /* 2 per rank when prefixing */
     int nstreams_open;
     int alive;
-    int sigfd;
+    int sigfd; /* read end of the signal pipe */
     sigset_t oldmask;
     struct sigaction old_sigpipe;
     int handled[3]; /* SIGINT, SIGTERM, SIGHUP: 1 if forwarded, 0 if inherited as ignored */
@@ -388,32 +387,46 @@ static int set_common_env(const launch_opts_t *o, int port)
     return 0;
 }
 
-/* Blocks the forwarded signals and SIGCHLD and reads them from a signalfd in the poll loop. */
+/* Write end of the signal pipe: the handler's only state. */
+static int signal_pipe_w = -1;
+
+static void on_signal_write(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(signal_pipe_w, &b, 1) < 0) {
+        // A full pipe already holds a wake-up; the loop reaps and reads every rank anyway.
+    }
+    errno = saved;
+}
+
+/* Catches the forwarded signals and SIGCHLD with a handler that writes the signal's number into a
+ * pipe the poll loop reads (the self-pipe trick). Not a signalfd: that needs the signals blocked in
+ * every thread, and a library may have started threads before main (OpenBLAS's pool, loaded with
+ * the strata command), which would then take the signal and die of it. */
 static int setup_signals(launcher_t *L)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+        return cmd_fail(NULL, "launch: pipe: %s", strerror(errno));
+    L->sigfd = p[0];
+    signal_pipe_w = p[1];
+    sigprocmask(SIG_SETMASK, NULL, &L->oldmask);
+    struct sigaction catch = {.sa_handler = on_signal_write, .sa_flags = SA_RESTART};
+    sigemptyset(&catch.sa_mask);
     for (int i = 0; i < 3; i++) {
         struct sigaction cur;
         sigaction(forwarded_signals[i], NULL, &cur);
         L->handled[i] = cur.sa_handler != SIG_IGN;
         if (L->handled[i])
-            sigaddset(&set, forwarded_signals[i]);
+            sigaction(forwarded_signals[i], &catch, NULL);
     }
-    if (sigprocmask(SIG_BLOCK, &set, &L->oldmask) != 0)
-        return cmd_fail(NULL, "launch: sigprocmask: %s", strerror(errno));
-    L->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (L->sigfd < 0)
-        return cmd_fail(NULL, "launch: signalfd: %s", strerror(errno));
+    // An inherited SIGCHLD = SIG_IGN would reap the ranks behind our back and hide their status.
+    sigaction(SIGCHLD, &catch, NULL);
     // A closed stdout must not kill the launcher (and with it the job); ranks get the old action.
     struct sigaction ign = {.sa_handler = SIG_IGN};
     sigemptyset(&ign.sa_mask);
     sigaction(SIGPIPE, &ign, &L->old_sigpipe);
-    // An inherited SIGCHLD = SIG_IGN would reap the ranks behind our back and hide their status.
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGCHLD, &dfl, NULL);
     return 0;
 }
 
@@ -753,15 +766,12 @@ static void on_signal(launcher_t *L, int sig)
 
 static void drain_signals(launcher_t *L)
 {
-    struct signalfd_siginfo si;
-    for (;;) {
-        ssize_t n = read(L->sigfd, &si, sizeof si);
-        if (n != (ssize_t)sizeof si)
-            return;
-        if ((int)si.ssi_signo == SIGCHLD)
+    unsigned char sig;
+    while (read(L->sigfd, &sig, 1) == 1) {
+        if (sig == SIGCHLD)
             reap(L);
         else
-            on_signal(L, (int)si.ssi_signo);
+            on_signal(L, sig);
     }
 }
 
@@ -793,7 +803,7 @@ static int run_loop(launcher_t *L)
         signal_ranks(L, SIGKILL);
         return 1;
     }
-    // A rank may have exited before the loop started; SIGCHLD is pending on the signalfd then.
+    // A rank may have exited before the loop started; its SIGCHLD byte waits in the pipe then.
     while (L->alive > 0 || L->nstreams_open > 0) {
         int np = 0;
         pfds[np++] = (struct pollfd){.fd = L->sigfd, .events = POLLIN};
@@ -930,6 +940,9 @@ out:
         close(devnull);
     if (L->sigfd >= 0)
         close(L->sigfd);
+    if (signal_pipe_w >= 0)
+        close(signal_pipe_w);
+    signal_pipe_w = -1;
     for (int i = 0; L->streams && i < 2 * o->nranks; i++)
         if (L->streams[i].fd >= 0)
             close(L->streams[i].fd);

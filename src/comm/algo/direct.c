@@ -46,16 +46,13 @@ static bool supports(const st_coll_args_t *a)
     return a->direct_ok;
 }
 
-/* Fails the endpoint with a cross-memory error on peer `q` (communicator rank). */
-static strata_status_t copy_failed(st_ep_t *ep, const int *world, int q, int err, bool to_peer)
+/* A peer's memory could not be reached: as for a closed connection, the endpoint reports the root
+ * cause when the store names one (the peer usually gave up after a failure elsewhere). */
+static strata_status_t unreachable(st_ep_t *ep, const int *world, int q, int err, const char *how)
 {
-    if (err == ESRCH)
-        return st_ep_peer_lost(ep, world[q], "exited during a direct collective");
-    return st_ep_fail(ep, STRATA_ERR_SYSTEM,
-                      "cross-memory %s %s failed: %s (set STRATA_SHM_CMA=0 on every rank to use "
-                      "the message path)",
-                      to_peer ? "write to" : "read from", st_ep_peer_name(ep, world[q]),
-                      strerror(err));
+    return st_ep_peer_lost(ep, world[q], "could not be reached during a direct collective (%s: %s%s)",
+                           how, strerror(err),
+                           err == EPERM ? "; STRATA_SHM_CMA=0 on every rank uses messages" : "");
 }
 
 /* Peer q's input at byte `at`, `len` bytes: mapped memory, or a staged CMA copy. */
@@ -63,12 +60,14 @@ static const void *peer_input(direct_t *d, st_ep_t *ep, const int *world, int q,
                               size_t len, strata_status_t *rc)
 {
     const st_buf_desc_t *b = &d->peers[q].send;
-    const char *p = st_win_map(st_ep_window(ep), world[q], b, at + len, rc);
-    if (p || *rc < 0)
-        return p ? p + at : NULL;
-    int err = st_win_copy(b, at, d->stage, len, false);
+    void *p;
+    int err = st_win_map(st_ep_window(ep), world[q], b, at + len, &p);
+    if (!err && p)
+        return (char *)p + at;
+    if (!err)
+        err = st_win_copy(b, at, d->stage, len, false);
     if (err) {
-        *rc = copy_failed(ep, world, q, err, false);
+        *rc = unreachable(ep, world, q, err, p || b->region ? "mapping its buffer" : "reading it");
         return NULL;
     }
     return d->stage;
@@ -78,17 +77,16 @@ static const void *peer_input(direct_t *d, st_ep_t *ep, const int *world, int q,
 static strata_status_t peer_output(direct_t *d, st_ep_t *ep, const int *world, int q, size_t at,
                                    const void *src, size_t len)
 {
-    strata_status_t rc;
     const st_buf_desc_t *b = &d->peers[q].recv;
-    char *p = st_win_map(st_ep_window(ep), world[q], b, at + len, &rc);
-    if (rc < 0)
-        return rc;
-    if (p) {
-        memcpy(p + at, src, len);
+    void *p;
+    int err = st_win_map(st_ep_window(ep), world[q], b, at + len, &p);
+    if (!err && p) {
+        memcpy((char *)p + at, src, len);
         return STRATA_OK;
     }
-    int err = st_win_copy(b, at, (void *)src, len, true);
-    return err ? copy_failed(ep, world, q, err, true) : STRATA_OK;
+    if (!err)
+        err = st_win_copy(b, at, (void *)src, len, true);
+    return err ? unreachable(ep, world, q, err, "writing its buffer") : STRATA_OK;
 }
 
 static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
@@ -104,7 +102,7 @@ static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *a
         if (reduces) {
             for (int k = 1; k < n; k++) {
                 int q = (r + k) % n;
-                strata_status_t rc;
+                strata_status_t rc = STRATA_ERR_INTERNAL;
                 const void *in = peer_input(d, ep, world, q, d->off + c, len, &rc);
                 if (!in)
                     return rc;
