@@ -94,4 +94,8 @@ void st_ring_reduce_scatter(st_sched_t *s, int rank, int n, const void *src, cha
 void st_ring_allgather(st_sched_t *s, int rank, int n, char *buf, const void *mine,
                        const size_t *off, const size_t *len, uint32_t tag0);
 
+/* Dissemination barrier rounds (linear.c): in round k rank r signals r+2^k and waits for r-2^k.
+ * Uses tags tag0 .. tag0+ceil(log2 n)-1. Operations already in the open round run before it. */
+void st_sched_barrier(st_sched_t *s, int rank, int n, uint32_t tag0);
+
 #endif

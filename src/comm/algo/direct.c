@@ -137,13 +137,8 @@ static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send
         st_sched_send(s, (r + k) % n, 0, &d->mine, sizeof(bufs_t));
     }
     st_sched_round(s);
-    st_sched_call(s, run, d);
-    uint32_t k = 1;
-    for (int dist = 1; dist < n; dist <<= 1, k++) {
-        st_sched_recv(s, (r - dist + n) % n, k, NULL, 0);
-        st_sched_send(s, (r + dist) % n, k, NULL, 0);
-        st_sched_round(s);
-    }
+    st_sched_call(s, run, d); // runs first in the barrier's first round
+    st_sched_barrier(s, r, n, 1);
     return s->build_rc;
 }
 

@@ -101,15 +101,19 @@ static strata_status_t alltoall_linear(st_sched_t *s, const st_coll_args_t *a)
     return s->build_rc;
 }
 
-static strata_status_t barrier_dissemination(st_sched_t *s, const st_coll_args_t *a)
+void st_sched_barrier(st_sched_t *s, int rank, int n, uint32_t tag0)
 {
-    const int n = a->nranks, r = a->rank;
-    uint32_t k = 0;
+    uint32_t k = tag0;
     for (int d = 1; d < n; d <<= 1, k++) {
-        st_sched_recv(s, (r - d + n) % n, k, NULL, 0);
-        st_sched_send(s, (r + d) % n, k, NULL, 0);
+        st_sched_recv(s, (rank - d + n) % n, k, NULL, 0);
+        st_sched_send(s, (rank + d) % n, k, NULL, 0);
         st_sched_round(s);
     }
+}
+
+static strata_status_t barrier_dissemination(st_sched_t *s, const st_coll_args_t *a)
+{
+    st_sched_barrier(s, a->rank, a->nranks, 0);
     return s->build_rc;
 }
 
