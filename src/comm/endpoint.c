@@ -256,8 +256,9 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     ST_TRY_GOTO(st_store_set(ep->store, key, val, (size_t)n), rc, fail);
     ST_TRY_GOTO(store_barrier(ep), rc, fail);
     ep->spin_ns = spin_ns(ep);
-    ST_LOG_INFO(ST_SUB_COMM, "endpoint up: rank %d/%d host %s%s", ep->rank, ep->nranks, ep->host,
-                ep->single_host ? " (single host)" : "");
+    ST_LOG_INFO(ST_SUB_COMM, "endpoint up: rank %d/%d host %s%s, polls %llu us before sleeping",
+                ep->rank, ep->nranks, ep->host, ep->single_host ? " (single host)" : "",
+                (unsigned long long)(ep->spin_ns / 1000));
     ep->joined = true;
     *out = ep;
     return STRATA_OK;
