@@ -91,7 +91,6 @@ typedef struct launcher {
     int nstreams_open;
     int alive;
     int sigfd; /* read end of the signal pipe */
-    sigset_t oldmask;
     struct sigaction old_sigpipe;
     int handled[3]; /* SIGINT, SIGTERM, SIGHUP: 1 if forwarded, 0 if inherited as ignored */
 
@@ -411,7 +410,6 @@ static int setup_signals(launcher_t *L)
         return cmd_fail(NULL, "launch: pipe: %s", strerror(errno));
     L->sigfd = p[0];
     signal_pipe_w = p[1];
-    sigprocmask(SIG_SETMASK, NULL, &L->oldmask);
     struct sigaction catch = {.sa_handler = on_signal_write, .sa_flags = SA_RESTART};
     sigemptyset(&catch.sa_mask);
     for (int i = 0; i < 3; i++) {
@@ -606,7 +604,6 @@ static void child_exec(launcher_t *L, int out_w, int err_w, int in_fd, pid_t par
         dup2(err_w, 2);
     }
     sigaction(SIGPIPE, &L->old_sigpipe, NULL);
-    sigprocmask(SIG_SETMASK, &L->oldmask, NULL);
     execvpe(L->opt.argv[0], L->opt.argv, L->envp);
     int err = errno;
     dprintf(2, "strata launch: cannot run '%s': %s\n", L->opt.argv[0], strerror(err));
@@ -812,10 +809,7 @@ static int run_loop(launcher_t *L)
                 which[np] = i;
                 pfds[np++] = (struct pollfd){.fd = L->streams[i].fd, .events = POLLIN};
             }
-        // SIGCHLD can go astray: a thread a library started before the signals were blocked
-        // (OpenBLAS's pool, loaded with the strata command) may take it. Reap on a timer too.
-        int timeout = poll_timeout(L);
-        int rc = poll(pfds, (nfds_t)np, timeout < 0 || timeout > 100 ? 100 : timeout);
+        int rc = poll(pfds, (nfds_t)np, poll_timeout(L));
         if (rc < 0 && errno != EINTR) {
             fprintf(stderr, "strata launch: poll: %s\n", strerror(errno));
             signal_ranks(L, SIGKILL);
@@ -829,7 +823,6 @@ static int run_loop(launcher_t *L)
             if (pfds[0].revents)
                 drain_signals(L);
         }
-        reap(L);
         uint64_t now = st_now_ns();
         if (L->kill_deadline && !L->killed && now >= L->kill_deadline) {
             if (L->alive > 0)
