@@ -163,13 +163,19 @@ strata_status_t st_win_free(st_win_t *w, void *p)
                     p);
 }
 
+/* The region holding [p, p + bytes), or NULL. */
+static const region_t *region_of(const st_win_t *w, const void *p, size_t bytes)
+{
+    const char *c = p;
+    for (int i = 0; i < w->nregions; i++)
+        if (c >= w->regions[i].base && c + bytes <= w->regions[i].base + w->regions[i].size)
+            return &w->regions[i];
+    return NULL;
+}
+
 bool st_win_owns(const st_win_t *w, const void *p)
 {
-    for (int i = 0; i < w->nregions; i++)
-        if ((const char *)p >= w->regions[i].base &&
-            (const char *)p < w->regions[i].base + w->regions[i].size)
-            return true;
-    return false;
+    return region_of(w, p, 1) != NULL;
 }
 
 void st_win_describe(const st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d)
@@ -178,15 +184,11 @@ void st_win_describe(const st_win_t *w, const void *p, size_t bytes, st_buf_desc
     d->pid = w->pid;
     d->fd = -1;
     d->addr = (uint64_t)(uintptr_t)p;
-    const char *c = p;
-    for (int i = 0; i < w->nregions; i++) {
-        const region_t *r = &w->regions[i];
-        if (c >= r->base && c + bytes <= r->base + r->size) {
-            d->region = r->id;
-            d->fd = r->fd;
-            d->offset = (uint64_t)(c - r->base);
-            return;
-        }
+    const region_t *r = region_of(w, p, bytes);
+    if (r) {
+        d->region = r->id;
+        d->fd = r->fd;
+        d->offset = (uint64_t)((const char *)p - r->base);
     }
 }
 

@@ -31,7 +31,6 @@ typedef struct bufs {
 typedef struct direct {
     strata_coll_t coll;
     int rank, nranks;
-    size_t esize;
     const char *sendbuf;
     char *recvbuf;
     size_t off, len;      /* this rank's block, bytes: its offset in the full buffers and length */
@@ -106,7 +105,7 @@ static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *a
                 const void *in = peer_input(d, ep, world, q, d->off + c, len, &rc);
                 if (!in)
                     return rc;
-                st_reduce(s->dtype, s->op, out, k == 1 ? mine : out, in, len / d->esize);
+                st_reduce(s->dtype, s->op, out, k == 1 ? mine : out, in, len / s->esize);
             }
         } else if (out != mine) {
             memcpy(out, mine, len);
@@ -126,8 +125,7 @@ static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send
     direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * sizeof(bufs_t) + CHUNK);
     if (!d)
         return s->build_rc;
-    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .esize = a->esize,
-                    .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .off = off, .len = len,
+    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .off = off, .len = len,
                     .recv_off = recv_off, .peers = (bufs_t *)(d + 1)};
     d->stage = (char *)(d->peers + n);
     st_win_describe(a->win, a->sendbuf, send_bytes, &d->mine.send);
@@ -144,11 +142,12 @@ static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send
 
 static strata_status_t allreduce_direct(st_sched_t *s, const st_coll_args_t *a)
 {
-    // This rank's block of an even split (st_blocks_even's rule, for one rank).
-    const size_t base = a->count / (size_t)a->nranks, rem = a->count % (size_t)a->nranks;
-    const size_t r = (size_t)a->rank, bytes = a->count * a->esize;
-    const size_t off = (r * base + ST_MIN(r, rem)) * a->esize, len = (base + (r < rem)) * a->esize;
-    return build(s, a, bytes, bytes, off, len, off);
+    size_t *off = st_sched_scratch(s, 2 * (size_t)a->nranks * sizeof(size_t));
+    if (!off)
+        return s->build_rc;
+    size_t *len = off + a->nranks, bytes = a->count * a->esize;
+    st_blocks_even(a->count, a->nranks, a->esize, off, len);
+    return build(s, a, bytes, bytes, off[a->rank], len[a->rank], off[a->rank]);
 }
 
 static size_t span(const st_coll_args_t *a)

@@ -350,6 +350,12 @@ static void shm_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
     peer->conn = NULL;
 }
 
+/* Where slot i's payload lives: inline in its header for a small message, else in its slot. */
+static char *slot_data(slot_hdr_t *h, char *slots, size_t i, uint32_t slot_bytes, uint64_t msg_bytes)
+{
+    return msg_bytes <= INLINE_MAX ? h->inline_data : slots + i * slot_bytes;
+}
+
 static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, shm_conn_t *c,
                                   bool *moved)
 {
@@ -368,7 +374,7 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             h->msg_bytes = m->bytes;
             h->off = m->done;
             h->len = len;
-            char *data = m->bytes <= INLINE_MAX ? h->inline_data : c->tx_slots + i * t->slot_bytes;
+            char *data = slot_data(h, c->tx_slots, i, t->slot_bytes, m->bytes);
             if (len)
                 memcpy(data, (const char *)m->sbuf + m->done, len);
             atomic_store_explicit(&c->tx->head, ++head, memory_order_release);
@@ -398,7 +404,7 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
         if (tail == head)
             break;
         size_t i = tail % t->nslots;
-        const slot_hdr_t *h = &c->rx_hdrs[i];
+        slot_hdr_t *h = &c->rx_hdrs[i];
         if (!c->rx_cur) {
             c->rx_cur = st_ep_match(ep, peer, h->tag, h->msg_bytes, drain);
             if (!c->rx_cur) {
@@ -409,9 +415,8 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             }
         }
         bool last = h->off + h->len >= h->msg_bytes;
-        const char *data =
-            h->msg_bytes <= INLINE_MAX ? h->inline_data : c->rx_slots + i * t->slot_bytes;
-        st_msg_deliver(ep, c->rx_cur, h->off, data, h->len);
+        st_msg_deliver(ep, c->rx_cur, h->off,
+                       slot_data(h, c->rx_slots, i, t->slot_bytes, h->msg_bytes), h->len);
         if (last)
             c->rx_cur = NULL;
         atomic_store_explicit(&c->rx->tail, ++tail, memory_order_release);
