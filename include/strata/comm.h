@@ -75,6 +75,8 @@ typedef struct strata_comm_config {
     int nranks;             /* number of ranks in the job */
     const char *store_addr; /* "host:port" of the bootstrap store */
     bool host_store;        /* rank 0 serves the store on store_addr (port 0 is not allowed) */
+    bool store_on_rank0;    /* rank 0's process serves the store (true on every rank of such a job:
+                               losing the store then means losing rank 0, and errors say so) */
     const char *secret;     /* job secret presented to the store and to peers; NULL = "" */
     const char *job_id;     /* names shared-memory segments; unique per job on a host; required
                                (strata_comm_config_from_env derives one from the store address) */

@@ -26,6 +26,7 @@ struct st_ep {
     int rank, nranks;
     long long timeout_ms;
     bool force_tcp, single_host;
+    bool store_on_rank0; /* losing the store means losing rank 0 */
     char job_id[96], secret[128];
     uint64_t host_hash;
     char host[64];
@@ -148,37 +149,48 @@ void st_ep_abort(st_ep_t *ep, const char *reason)
                reason ? reason : "strata_comm_abort");
 }
 
-strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
+/* Fails the endpoint with the store's failure notice (the job's root cause). A store that is gone
+ * when rank 0 served it means rank 0 is gone: the error names rank 0, not just a socket. */
+static strata_status_t fail_from_notice(st_ep_t *ep)
 {
-    if (ep->failed)
-        return st_ep_error(ep);
-    // A peer that closes on us has usually just learned of a failure elsewhere and bailed out.
-    // Give the store's notice of that root cause a moment to arrive, and report it instead.
-    int fd = st_store_fd(ep->store);
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    uint64_t until = st_now_ns() + 200 * 1000000ull;
-    for (;;) {
-        int who = -1;
-        if (st_store_check_notice(ep->store, &who) < 0)
-            return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
-        uint64_t now = st_now_ns();
-        if (fd < 0 || now >= until || poll(&p, 1, (int)((until - now) / 1000000u) + 1) <= 0)
-            break;
+    if (st_store_lost(ep->store) && ep->store_on_rank0 && ep->rank != 0) {
+        char notice[512];
+        snprintf(notice, sizeof notice, "%s", strata_last_error());
+        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s, which serves the store, failed: %s",
+                          st_ep_peer_name(ep, 0), notice);
     }
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s %s", st_ep_peer_name(ep, rank), msg);
+    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
 }
 
 static strata_status_t check_store(st_ep_t *ep)
 {
     int who = -1;
     if (st_store_check_notice(ep->store, &who) < 0)
-        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
+        return fail_from_notice(ep);
     return STRATA_OK;
+}
+
+strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
+{
+    if (ep->failed)
+        return st_ep_error(ep);
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    // A peer that is gone has often just learned of a failure elsewhere and left. Every rank
+    // that leaves on a failure has the store record its cause first (through this very report,
+    // or because the store announced it), and the store answers a report only after sending
+    // the job's first notice: so once it answers, the notice in hand is the root cause, whatever
+    // order the processes and the store ran in.
+    strata_status_t rc = st_store_report(ep->store, rank, msg);
+    if (check_store(ep) < 0)
+        return ep->failed;
+    if (rc < 0)
+        ST_LOG_WARN(ST_SUB_COMM, "could not report the loss of rank %d to the store: %s", rank,
+                    strata_last_error());
+    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s %s", st_ep_peer_name(ep, rank), msg);
 }
 
 /* ---- creation ---------------------------------------------------------------------------------- */
@@ -219,6 +231,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     ep->nranks = cfg->nranks;
     ep->timeout_ms = cfg->timeout_ms;
     ep->force_tcp = cfg->force_tcp;
+    ep->store_on_rank0 = cfg->store_on_rank0 || cfg->host_store;
     snprintf(ep->secret, sizeof ep->secret, "%s", cfg->secret ? cfg->secret : "");
     snprintf(ep->job_id, sizeof ep->job_id, "%s", cfg->job_id ? cfg->job_id : "");
     ep->host_hash = host_identity(ep->host, sizeof ep->host);
@@ -320,6 +333,8 @@ static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
     void *val = NULL;
     size_t len = 0;
     strata_status_t rc = st_store_get(ep->store, key, &val, &len, ep->timeout_ms);
+    if (rc == STRATA_ERR_PEER_FAILED && check_store(ep) < 0)
+        return ep->failed; // the job failed meanwhile: its root cause, not this lookup, is news
     if (rc < 0)
         return st_ep_fail(ep, rc, "looking up rank %d: %s", p->rank, strata_last_error());
     char *text = val;
@@ -357,6 +372,9 @@ static strata_status_t ensure_conn(st_ep_t *ep, st_peer_t *p)
         if (!transports[i]->can_connect(ep, ep->tp[i], p))
             continue;
         strata_status_t rc = transports[i]->connect(ep, ep->tp[i], p);
+        if (rc == STRATA_ERR_PEER_FAILED)
+            return st_ep_peer_lost(ep, p->rank, "could not be reached over %s (%s)",
+                                   transports[i]->name, strata_last_error());
         if (rc < 0)
             return st_ep_fail(ep, rc, "connecting to %s over %s: %s", st_ep_peer_name(ep, p->rank),
                               transports[i]->name, strata_last_error());

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,14 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The rank an error blames: the first "rank N" in it (the culprit is the sentence's subject; other
+ * ranks may follow, as in "seen by rank 2"). -1 if none. */
+static int blamed_rank(const char *err)
+{
+    const char *p = strstr(err, "rank ");
+    return p && p[5] >= '0' && p[5] <= '9' ? atoi(p + 5) : -1;
 }
 
 /* The victim is the last rank; it dies by SIGKILL after its allreduce has started moving data.
@@ -56,22 +65,63 @@ static int killed_mid_allreduce(int rank, int n, void *arg)
     if (rc == STRATA_OK)
         rc = strata_barrier(c);
     double waited = now_s() - t0;
-    char want[32];
-    snprintf(want, sizeof want, "rank %d", victim);
-    if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), want))
+    if (rc != STRATA_ERR_PEER_FAILED || blamed_rank(strata_last_error()) != victim)
         return ST_RANK_FAIL("after rank %d died: %s: %s", victim, strata_status_name(rc),
                             strata_last_error());
     if (waited * 1000 > TIMEOUT_MS / 2)
         return ST_RANK_FAIL("noticed the death only after %.1f s", waited);
     // Later calls fail at once with the same error.
     rc = strata_allreduce(c, buf, buf, 1, STRATA_DTYPE_F32, STRATA_OP_SUM);
-    if (rc != STRATA_ERR_PEER_FAILED || !strstr(strata_last_error(), want))
+    if (rc != STRATA_ERR_PEER_FAILED || blamed_rank(strata_last_error()) != victim)
         return ST_RANK_FAIL("next call after the failure: %s: %s", strata_status_name(rc),
                             strata_last_error());
     if (arg)
         strata_mem_free(c, buf);
     else
         free(buf);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+/* The echo of a failure must not be taken for its cause. The last rank dies; every other rank but
+ * rank 0 learns of it, leaves cleanly, and raises its flag in `arg` (shared memory); only then does
+ * rank 0, which was busy elsewhere and has not read the store's notice, first talk to rank 1. Rank 1
+ * is gone (its doorbell and its port with it), yet it is not the culprit: the error must name the
+ * dead rank. Before the fix, the connect path blamed rank 1. */
+static int echo_not_cause(int rank, int n, void *arg)
+{
+    int *left = arg, *created = left + 64;
+    const int victim = n - 1;
+    strata_comm_t *c = st_test_comm();
+    __atomic_store_n(&created[rank], 1, __ATOMIC_RELEASE);
+    if (rank == victim) {
+        // Die once everyone is past creation (a death during it is another test's business).
+        for (int r = 0; r < n; r++)
+            while (!__atomic_load_n(&created[r], __ATOMIC_ACQUIRE))
+                usleep(1000);
+        raise(SIGKILL);
+    }
+    if (rank != 0) {
+        strata_status_t rc = strata_barrier(c); // rank 0 never joins: only the failure ends it
+        if (rc != STRATA_ERR_PEER_FAILED || blamed_rank(strata_last_error()) != victim)
+            return ST_RANK_FAIL("barrier after rank %d died: %s: %s", victim,
+                                strata_status_name(rc), strata_last_error());
+        strata_comm_destroy(c);
+        __atomic_store_n(&left[rank], 1, __ATOMIC_RELEASE);
+        return 0;
+    }
+    for (double t0 = now_s(); !__atomic_load_n(&left[1], __ATOMIC_ACQUIRE);) {
+        if (now_s() - t0 > 30)
+            return ST_RANK_FAIL("rank 1 never left");
+        usleep(1000);
+    }
+    float x = 1;
+    strata_status_t rc = strata_send(c, &x, 1, STRATA_DTYPE_F32, 1, 0);
+    if (rc == STRATA_OK) // a send may be queued before the transport finds the peer gone
+        rc = strata_barrier(c);
+    if (rc != STRATA_ERR_PEER_FAILED || blamed_rank(strata_last_error()) != victim)
+        return ST_RANK_FAIL("talking to rank 1, which left after rank %d died: %s: %s", victim,
+                            strata_status_name(rc), strata_last_error());
     strata_comm_destroy(c);
     return 0;
 }
@@ -283,6 +333,21 @@ static void test_killed_direct(void **state)
     run(killed_mid_allreduce, 3, "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_ALGO=allreduce:direct", 2);
 }
 
+static void test_echo_not_cause(void **state)
+{
+    (void)state;
+    const char *envs[] = {"STRATA_COMM_TIMEOUT_MS=20000",
+                          "STRATA_COMM_TIMEOUT_MS=20000;STRATA_COMM_TRANSPORT=tcp"};
+    for (int e = 0; e < 2; e++) {
+        for (int n = 3; n <= 8; n += 5) {
+            int *left = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            assert_true(left != MAP_FAILED);
+            run_arg(echo_not_cause, left, n, envs[e], n - 1);
+            munmap(left, 4096);
+        }
+    }
+}
+
 static void test_abort(void **state)
 {
     (void)state;
@@ -314,7 +379,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
-        cmocka_unit_test(test_killed_direct),
+        cmocka_unit_test(test_killed_direct), cmocka_unit_test(test_echo_not_cause),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
     };

@@ -573,6 +573,38 @@ static void test_abort_notice(void **state)
     st_store_server_close(s.srv, 0);
 }
 
+/* REPORT: the first failure announced is the root cause; a report answered after it (the echo of a
+ * rank that left because of it) names the cause, never the rank that left. */
+static void test_report_names_root_cause(void **state)
+{
+    (void)state;
+    server_t s = start_server(SECRET);
+    st_store_t *a = join(&s, 0), *b = join(&s, 1), *c = join(&s, 2), *d = join(&s, 3);
+    // Rank 1 sees rank 3 die before the store does: the store announces rank 3 on its word.
+    assert_int_equal(st_store_report(b, 3, "exited while this rank was exchanging data with it"),
+                     STRATA_OK);
+    // The reporter has the notice in hand when the answer comes: no waiting.
+    int who = -2;
+    assert_int_equal(st_store_check_notice(b, &who), STRATA_ERR_PEER_FAILED);
+    assert_int_equal(who, 3);
+    assert_error_has("rank 3 (host ");
+    assert_error_has("failed: exited while this rank was exchanging data with it (seen by rank 1)");
+    // Rank 1 leaves cleanly; rank 0 finds it gone and reports it: the answer carries rank 3's notice.
+    st_store_close(b, true);
+    assert_int_equal(st_store_report(a, 1, "could not be reached over shm"), STRATA_OK);
+    who = -2;
+    assert_int_equal(st_store_check_notice(a, &who), STRATA_ERR_PEER_FAILED);
+    assert_int_equal(who, 3);
+    // Rank 3's own connection closing later is no second notice; rank 3 never hears of itself.
+    expect_notice(c, 3, "seen by rank 1");
+    st_store_close(d, false);
+    WAIT_UNTIL(stats(&s).clients == 2);
+    assert_int_equal(stats(&s).notices, 1);
+    st_store_close(a, true);
+    st_store_close(c, true);
+    st_store_server_close(s.srv, 0);
+}
+
 static void test_lost_store(void **state)
 {
     (void)state;
@@ -732,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_garbage_clients),
         cmocka_unit_test(test_ranked_client_breaking_protocol),
         cmocka_unit_test(test_failure_notice),
+        cmocka_unit_test(test_report_names_root_cause),
         cmocka_unit_test(test_goodbye_is_not_a_failure),
         cmocka_unit_test(test_abort_notice),
         cmocka_unit_test(test_lost_store),

@@ -345,6 +345,7 @@ strata_status_t strata_comm_config_from_env(strata_comm_config_t *cfg)
     // Only the process that must serve the store gets host_store, so a communicator may act on
     // the flag without looking at the rank.
     c.host_store = c.rank == 0 && !external;
+    c.store_on_rank0 = !external;
     ST_LOG_DEBUG(ST_SUB_COMM, "from env (%s): rank %d/%d store %s%s job %s",
                  launchers[launcher].who, c.rank, c.nranks, c.store_addr,
                  c.host_store ? " (hosted here)" : "", c.job_id);

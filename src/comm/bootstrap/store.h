@@ -107,6 +107,15 @@ strata_status_t st_store_wait(st_store_t *st, const char *const *keys, int nkeys
 /* Tells the server to push a failure notice naming this client and `reason` to everyone. */
 strata_status_t st_store_abort(st_store_t *st, const char *reason);
 
+/* Reports that this rank saw `rank` die (`what`: how, e.g. "exited while ..."), and waits for the
+ * answer. The store announces it unless a failure was announced already; either way the job's
+ * first notice has arrived when this returns, so st_store_check_notice() then names the root
+ * cause. An error means the store could not be asked (lost: see st_store_lost()). */
+strata_status_t st_store_report(st_store_t *st, int rank, const char *what);
+
+/* True when the connection to the store broke without a goodbye (the store, or its host, is gone). */
+bool st_store_lost(const st_store_t *st);
+
 /* The client's socket, for callers that poll it while sleeping (readable = a notice may be there). */
 int st_store_fd(const st_store_t *st);
 

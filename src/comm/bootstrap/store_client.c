@@ -531,6 +531,25 @@ strata_status_t st_store_abort(st_store_t *st, const char *reason)
     return roundtrip(st, id, st->timeout_ms, false, "the answer to ABORT", "ABORT", &r);
 }
 
+strata_status_t st_store_report(st_store_t *st, int rank, const char *what)
+{
+    if (!st)
+        return st_error(STRATA_ERR_INVALID_ARG, "store: no store");
+    what = what ? what : "";
+    size_t start;
+    uint32_t id = begin_request(st, ST_MSG_REPORT, &start);
+    st_buf_put_u32(&st->out, (uint32_t)rank);
+    st_buf_put(&st->out, what, ST_MIN(strlen(what), (size_t)ST_STORE_NOTICE_MAX / 2));
+    ST_TRY(end_request(st, start, "REPORT"));
+    reply_t r;
+    return roundtrip(st, id, st->timeout_ms, false, "the answer to REPORT", "REPORT", &r);
+}
+
+bool st_store_lost(const st_store_t *st)
+{
+    return st && st->lost && !st->said_bye;
+}
+
 int st_store_fd(const st_store_t *st)
 {
     return st ? st->fd : -1;

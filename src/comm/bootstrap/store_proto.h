@@ -15,12 +15,19 @@
  *   CANCEL id   (of a GET/WAIT the client stops waiting for)
  *   ABORT  id reason (the rest)
  *   BYE    id
+ *   REPORT id u32 rank, text (the rest): the sender saw `rank` die
  *
  * Every request but CANCEL is answered once by OK or ERR carrying its id; OK's payload is the value
  * for GET, the new i64 for ADD and empty otherwise. Parked GET/WAITs are answered in whatever order
  * their keys arrive. CANCEL makes the server answer the named request CANCELLED if it is still
  * parked (and nothing if it was answered already), so a client whose timeout expired learns whether
  * the key arrived after all; answers to requests a client gave up on are recognised by id.
+ *
+ * REPORT makes the store the judge of a failure's root cause: the server announces the reported
+ * rank as failed unless some failure was announced already, and answers only after that, so the
+ * reporter has received the job's first notice before its OK. A rank that gives up on a failure
+ * thus leaves the cause recorded before it exits, and whoever then finds that rank gone learns the
+ * cause, not the echo, from its own REPORT.
  */
 #ifndef ST_STORE_PROTO_H
 #define ST_STORE_PROTO_H
@@ -50,6 +57,7 @@ enum {
     ST_MSG_CANCEL,
     ST_MSG_ABORT,
     ST_MSG_BYE,
+    ST_MSG_REPORT,
     ST_MSG_OK = 64,
     ST_MSG_ERR,
     ST_MSG_NOTICE,

@@ -350,37 +350,45 @@ static bool entry_set(st_store_server_t *srv, entry_t *e, const void *val, size_
 
 /* ---- failure notices ------------------------------------------------------------------------- */
 
-/* Tells every other client that c failed or aborted: "rank 3 (host h pid 42) failed: <reason>".
- * A rank is announced once; later clients get the notice on HELLO. */
-static void announce(st_store_server_t *srv, client_t *c, const char *verb, const char *reason)
+/* Tells every client but `culprit` (may be NULL) that `rank` failed or aborted: "<who> <verb>:
+ * <reason>". A rank is announced once; later clients get the notice on HELLO. */
+static void publish(st_store_server_t *srv, int rank, const char *who, const client_t *culprit,
+                    const char *verb, const char *reason)
 {
-    if (c->rank >= 0) {
+    if (rank >= 0) {
         for (int i = 0; i < srv->nfailed; i++)
-            if (srv->failed_ranks[i] == c->rank)
+            if (srv->failed_ranks[i] == rank)
                 return;
         int *fr = realloc(srv->failed_ranks, (size_t)(srv->nfailed + 1) * sizeof *fr);
         if (fr) {
             srv->failed_ranks = fr;
-            fr[srv->nfailed++] = c->rank;
+            fr[srv->nfailed++] = rank;
         }
     }
-    char who[128], text[ST_STORE_NOTICE_MAX];
-    snprintf(text, sizeof text, "%s %s: %s", describe(c, who, sizeof who), verb, reason);
+    char text[ST_STORE_NOTICE_MAX];
+    snprintf(text, sizeof text, "%s %s: %s", who, verb, reason);
     // The first failure is the news; ranks leaving a dead job afterwards are its echo.
     ST_LOG(srv->nnotices == 0 ? ST_LOG_WARN : ST_LOG_INFO, ST_SUB_STORE, "%s", text);
     notice_t *n = realloc(srv->notices, (size_t)(srv->nnotices + 1) * sizeof *n);
     if (n) {
         srv->notices = n;
-        n[srv->nnotices] = (notice_t){.rank = c->rank, .text = strdup(text)};
+        n[srv->nnotices] = (notice_t){.rank = rank, .text = strdup(text)};
         if (n[srv->nnotices].text)
             srv->nnotices++;
     }
     atomic_fetch_add(&srv->n_notices, 1);
     for (int i = 0; i < srv->nclients; i++) {
         client_t *o = srv->clients[i];
-        if (o != c && o->fd >= 0 && o->hello_done)
-            queue_notice(o, c->rank, text);
+        if (o != culprit && o->fd >= 0 && o->hello_done)
+            queue_notice(o, rank, text);
     }
+}
+
+/* Tells every other client that c failed or aborted: "rank 3 (host h pid 42) failed: <reason>". */
+static void announce(st_store_server_t *srv, client_t *c, const char *verb, const char *reason)
+{
+    char who[128];
+    publish(srv, c->rank, describe(c, who, sizeof who), c, verb, reason);
 }
 
 /* ---- request handlers ------------------------------------------------------------------------ */
@@ -582,6 +590,34 @@ static void on_abort(st_store_server_t *srv, client_t *c, uint32_t id, st_rd_t *
     reply_ok(c, id, NULL, 0);
 }
 
+/* A rank saw another die. The first failure announced is the root cause: a later report is the
+ * echo of it (the reported rank most likely left because of it) and changes nothing. */
+static void on_report(st_store_server_t *srv, client_t *c, uint32_t id, st_rd_t *r)
+{
+    int32_t rank = (int32_t)st_rd_u32(r);
+    size_t len;
+    const char *what = (const char *)st_rd_rest(r, &len);
+    if (r->bad)
+        return;
+    if (srv->nnotices == 0 && rank >= 0 && c->rank >= 0) {
+        const client_t *culprit = NULL;
+        for (int i = 0; i < srv->nclients && !culprit; i++) {
+            const client_t *o = srv->clients[i];
+            if (o->hello_done && o->rank == rank && !o->said_bye)
+                culprit = o;
+        }
+        char who[128], reason[ST_STORE_NOTICE_MAX / 2];
+        if (culprit)
+            describe(culprit, who, sizeof who);
+        else
+            snprintf(who, sizeof who, "rank %d", rank);
+        snprintf(reason, sizeof reason, "%.*s (seen by rank %d)",
+                 (int)ST_MIN(len, sizeof reason - 32), what ? what : "", c->rank);
+        publish(srv, rank, who, culprit, "failed", reason);
+    }
+    reply_ok(c, id, NULL, 0);
+}
+
 static void on_bye(st_store_server_t *srv, client_t *c, uint32_t id)
 {
     if (c->rank >= 0 && !c->said_bye)
@@ -593,7 +629,7 @@ static void on_bye(st_store_server_t *srv, client_t *c, uint32_t id)
 static const char *msg_name(uint8_t type)
 {
     static const char *const names[] = {"?",    "HELLO",  "SET",   "GET", "ADD",
-                                        "WAIT", "CANCEL", "ABORT", "BYE"};
+                                        "WAIT", "CANCEL", "ABORT", "BYE",  "REPORT"};
     return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }
 
@@ -630,6 +666,9 @@ static void handle_frame(st_store_server_t *srv, client_t *c, uint8_t type, cons
         break;
     case ST_MSG_BYE:
         on_bye(srv, c, id);
+        break;
+    case ST_MSG_REPORT:
+        on_report(srv, c, id, &r);
         break;
     default:
         doom(c, true, "sent a frame of unknown type %u", type);
