@@ -13,6 +13,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_LOG_SUBSYS", "all", "comma list of subsystems to log: base,comm,store,net,topo,plan,train,tool"},
     {"STRATA_LOG_FILE", "", "write logs to this file instead of stderr; %h = host, %p = pid"},
     {"STRATA_COMM_TIMEOUT_MS", "300000", "timeout of every blocking call and wait, in ms"},
+    {"STRATA_DIAG_DIR", "", "directory for failure dumps (rank<r>.json: error, culprit, flight recorder), read by `strata diagnose`"},
     {"STRATA_COMM_ALGO", "", "force algorithms, e.g. allreduce:ring,bcast:binomial (see `strata algos`)"},
     {"STRATA_COMM_TRANSPORT", "auto", "auto (shm on one host, tcp between hosts) or tcp (tcp everywhere)"},
     {"STRATA_COMM_SPIN_US", "auto", "how long a waiting rank polls before it sleeps, in microseconds (auto: 1000, or 50 when the host's ranks outnumber its cores)"},

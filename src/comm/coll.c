@@ -110,8 +110,9 @@ static strata_status_t start(strata_comm_t *comm, st_coll_args_t *a, size_t byte
     }
     r->vec = vec;
     r->bytes = bytes;
+    r->seq = ++comm->seq;
     r->tag_base = ((uint64_t)comm->ctx << ST_TAG_CTX_SHIFT) |
-                  ((uint64_t)(comm->seq++ & ST_TAG_SEQ_MASK) << ST_TAG_SEQ_SHIFT);
+                  ((uint64_t)((r->seq - 1) & ST_TAG_SEQ_MASK) << ST_TAG_SEQ_SHIFT);
     st_sched_init(&r->sched, a->dtype, a->op, comm->nranks);
     a->registered = a->direct_ok && (!a->sendbuf || st_win_owns(a->win, a->sendbuf)) &&
                     (!a->recvbuf || st_win_owns(a->win, a->recvbuf));

@@ -38,6 +38,8 @@ struct strata_request {
     st_sched_t sched;
     uint64_t tag_base;
     const char *what;    /* "allreduce", "send", ... */
+    uint32_t seq;        /* its number on the communicator (collectives; 0 for send/recv) */
+    uint64_t flight;     /* its flight-recorder entry */
     const char *algo;
     size_t bytes;
     bool finished;

@@ -18,7 +18,10 @@
 #include "comm/algo/reduce_op.h"
 #include "comm/endpoint.h"
 #include "comm/transport/transport.h"
+#include "comm/watchdog.h"
 #include "comm/window.h"
+
+#include <json-c/json.h>
 
 enum { ST_TP_SHM = 0, ST_TP_TCP = 1, ST_NTP = 2 };
 
@@ -39,6 +42,9 @@ struct st_ep {
     st_win_t *win;
     strata_status_t failed;
     char failed_msg[512];
+    int culprit; /* the rank the failure is blamed on, -1 unknown */
+    st_flight_t flight;
+    st_watch_t watch;
     uint64_t spin_ns;
     uint64_t last_check_ns;
     bool joined; /* creation completed: a destroy is a deliberate, clean exit */
@@ -106,6 +112,10 @@ const char *st_ep_secret(const st_ep_t *ep) { return ep->secret; }
 st_peer_t *st_ep_peer(st_ep_t *ep, int rank) { return &ep->peers[rank]; }
 st_store_t *st_ep_store(const st_ep_t *ep) { return ep->store; }
 st_win_t *st_ep_window(const st_ep_t *ep) { return ep->win; }
+st_flight_t *st_ep_flight(st_ep_t *ep) { return &ep->flight; }
+bool st_ep_store_on_rank0(const st_ep_t *ep) { return ep->store_on_rank0; }
+const char *st_ep_host(const st_ep_t *ep) { return ep->host; }
+int st_ep_culprit(const st_ep_t *ep) { return ep->culprit; }
 
 const char *st_ep_peer_name(st_ep_t *ep, int rank)
 {
@@ -120,18 +130,65 @@ const char *st_ep_peer_name(st_ep_t *ep, int rank)
 
 /* ---- failure ----------------------------------------------------------------------------------- */
 
-strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt, ...)
+/* Writes STRATA_DIAG_DIR/rank<r>.json: who this rank is, how it failed, whom it blames, and its
+ * flight recorder. Written once, at the first failure, through a temporary file and a rename so a
+ * reader never sees half of it. Best effort: a dump that cannot be written is logged. */
+static void dump_diag(const st_ep_t *ep)
+{
+    const char *dir = st_knob_str("STRATA_DIAG_DIR");
+    if (!*dir)
+        return;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "rank", json_object_new_int(ep->rank));
+    json_object_object_add(o, "nranks", json_object_new_int(ep->nranks));
+    json_object_object_add(o, "host", json_object_new_string(ep->host));
+    json_object_object_add(o, "pid", json_object_new_int((int)getpid()));
+    json_object_object_add(o, "status", json_object_new_string(strata_status_name(ep->failed)));
+    json_object_object_add(o, "error", json_object_new_string(ep->failed_msg));
+    json_object_object_add(o, "culprit", json_object_new_int(ep->culprit));
+    json_object_object_add(o, "completed", json_object_new_int64((int64_t)ep->flight.completed));
+    json_object_object_add(o, "flight", st_flight_to_json(&ep->flight));
+    char path[1024], tmp[1100];
+    snprintf(path, sizeof path, "%s/rank%d.json", dir, ep->rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if (json_object_to_file_ext(tmp, o, JSON_C_TO_STRING_PRETTY) != 0 || rename(tmp, path) != 0) {
+        ST_LOG_WARN(ST_SUB_COMM, "could not write the failure dump %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    json_object_put(o);
+}
+
+static strata_status_t vfail(st_ep_t *ep, int culprit, strata_status_t status, const char *fmt,
+                             va_list ap)
 {
     if (ep->failed == STRATA_OK) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(ep->failed_msg, sizeof ep->failed_msg, fmt, ap);
-        va_end(ap);
         ep->failed = status;
+        ep->culprit = culprit;
         ST_LOG_WARN(ST_SUB_COMM, "%s", ep->failed_msg);
+        dump_diag(ep);
     }
     st_error_set(ep->failed_msg);
     return ep->failed;
+}
+
+strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    strata_status_t rc = vfail(ep, -1, status, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+strata_status_t st_ep_fail_blaming(st_ep_t *ep, int culprit, strata_status_t status,
+                                   const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    strata_status_t rc = vfail(ep, culprit, status, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 strata_status_t st_ep_error(const st_ep_t *ep)
@@ -145,28 +202,29 @@ void st_ep_abort(st_ep_t *ep, const char *reason)
 {
     if (ep->failed == STRATA_OK && ep->store)
         st_store_abort(ep->store, reason ? reason : "strata_comm_abort");
-    st_ep_fail(ep, STRATA_ERR_ABORTED, "communicator aborted by rank %d: %s", ep->rank,
+    st_ep_fail_blaming(ep, ep->rank, STRATA_ERR_ABORTED, "communicator aborted by rank %d: %s", ep->rank,
                reason ? reason : "strata_comm_abort");
 }
 
 /* Fails the endpoint with the store's failure notice (the job's root cause). A store that is gone
  * when rank 0 served it means rank 0 is gone: the error names rank 0, not just a socket. */
-static strata_status_t fail_from_notice(st_ep_t *ep)
+static strata_status_t fail_from_notice(st_ep_t *ep, int who)
 {
     if (st_store_lost(ep->store) && ep->store_on_rank0 && ep->rank != 0) {
         char notice[512];
         snprintf(notice, sizeof notice, "%s", strata_last_error());
-        return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s, which serves the store, failed: %s",
-                          st_ep_peer_name(ep, 0), notice);
+        return st_ep_fail_blaming(ep, 0, STRATA_ERR_PEER_FAILED,
+                                  "%s, which serves the store, failed: %s", st_ep_peer_name(ep, 0),
+                                  notice);
     }
-    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
+    return st_ep_fail_blaming(ep, who, STRATA_ERR_PEER_FAILED, "%s", strata_last_error());
 }
 
-static strata_status_t check_store(st_ep_t *ep)
+strata_status_t st_ep_check_store(st_ep_t *ep)
 {
     int who = -1;
     if (st_store_check_notice(ep->store, &who) < 0)
-        return fail_from_notice(ep);
+        return fail_from_notice(ep, who);
     return STRATA_OK;
 }
 
@@ -185,12 +243,13 @@ strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
     // the job's first notice: so once it answers, the notice in hand is the root cause, whatever
     // order the processes and the store ran in.
     strata_status_t rc = st_store_report(ep->store, rank, msg);
-    if (check_store(ep) < 0)
+    if (st_ep_check_store(ep) < 0)
         return ep->failed;
     if (rc < 0)
         ST_LOG_WARN(ST_SUB_COMM, "could not report the loss of rank %d to the store: %s", rank,
                     strata_last_error());
-    return st_ep_fail(ep, STRATA_ERR_PEER_FAILED, "%s %s", st_ep_peer_name(ep, rank), msg);
+    return st_ep_fail_blaming(ep, rank, STRATA_ERR_PEER_FAILED, "%s %s", st_ep_peer_name(ep, rank),
+                              msg);
 }
 
 /* ---- creation ---------------------------------------------------------------------------------- */
@@ -232,6 +291,8 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     ep->timeout_ms = cfg->timeout_ms;
     ep->force_tcp = cfg->force_tcp;
     ep->store_on_rank0 = cfg->store_on_rank0 || cfg->host_store;
+    ep->culprit = -1;
+    st_watch_init(&ep->watch, cfg->timeout_ms);
     snprintf(ep->secret, sizeof ep->secret, "%s", cfg->secret ? cfg->secret : "");
     snprintf(ep->job_id, sizeof ep->job_id, "%s", cfg->job_id ? cfg->job_id : "");
     ep->host_hash = host_identity(ep->host, sizeof ep->host);
@@ -333,7 +394,7 @@ static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
     void *val = NULL;
     size_t len = 0;
     strata_status_t rc = st_store_get(ep->store, key, &val, &len, ep->timeout_ms);
-    if (rc == STRATA_ERR_PEER_FAILED && check_store(ep) < 0)
+    if (rc == STRATA_ERR_PEER_FAILED && st_ep_check_store(ep) < 0)
         return ep->failed; // the job failed meanwhile: its root cause, not this lookup, is news
     if (rc < 0)
         return st_ep_fail(ep, rc, "looking up rank %d: %s", p->rank, strata_last_error());
@@ -580,7 +641,7 @@ static bool peer_busy(const st_peer_t *p)
  * on. Run when about to sleep, at most every few milliseconds. */
 static strata_status_t check_failures(st_ep_t *ep)
 {
-    ST_TRY(check_store(ep));
+    ST_TRY(st_ep_check_store(ep));
     for (int i = 0; i < ep->nlive; i++) {
         st_peer_t *p = &ep->peers[ep->live[i]];
         if (peer_busy(p) && p->tp->check_peer)
@@ -631,10 +692,20 @@ static void sleep_once(st_ep_t *ep, int timeout_ms)
 
 #define YIELD_AFTER_NS 5000u /* a hand-off takes ~1 us: by then the peer is not running */
 
-strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
-                           void (*what)(void *arg, char *buf, size_t len), uint64_t deadline_ns)
+/* Heartbeats while a wait is long (watchdog.h): what it waits for, as what() says. */
+static void beat(st_ep_t *ep, void *arg, st_wait_what_fn what, uint64_t since)
 {
-    uint64_t idle_since = 0;
+    char buf[400] = "";
+    int awaited = -1;
+    if (what)
+        what(arg, buf, sizeof buf, &awaited);
+    st_watch_tick(ep, &ep->watch, since, buf, awaited);
+}
+
+static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg,
+                                 st_wait_what_fn what, uint64_t deadline_ns)
+{
+    uint64_t idle_since = 0, began = st_now_ns();
     unsigned idle = 0;
     for (;;) {
         bool moved = false;
@@ -660,17 +731,15 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
         if (idle == 1)
             idle_since = now;
         if (now >= deadline_ns) {
-            char buf[256] = "";
+            char buf[400] = "";
+            int awaited = -1;
             if (what)
-                what(arg, buf, sizeof buf);
+                what(arg, buf, sizeof buf, &awaited);
             ST_TRY(check_failures(ep));
             // Messages of the abandoned operation stay posted, so the endpoint cannot be trusted
-            // any more: a timeout is fatal, as a watchdog abort is in NCCL and torch.
-            // Tell the others why this rank gives up, so their errors name the awaited rank too.
-            char msg[400];
-            snprintf(msg, sizeof msg, "timed out after %lld ms %s", ep->timeout_ms, buf);
-            st_store_abort(ep->store, msg);
-            return st_ep_fail(ep, STRATA_ERR_TIMEOUT, "rank %d %s", ep->rank, msg);
+            // any more: a timeout is fatal, as a watchdog abort is in NCCL and torch. The census
+            // names the rank the job is stuck behind, for this rank and (through the store) all.
+            return st_watch_verdict(ep, &ep->watch, buf, awaited);
         }
         if (now - idle_since < ep->spin_ns) {
             // The rank we wait for may be queued on this very core (the scheduler does put two
@@ -685,8 +754,18 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
         if (now - ep->last_check_ns > 20 * 1000000ull) {
             ep->last_check_ns = now;
             ST_TRY(check_failures(ep));
+            beat(ep, arg, what, began);
         }
         uint64_t left_ms = (deadline_ns - now) / 1000000u + 1;
         sleep_once(ep, (int)ST_MIN(left_ms, 50u));
     }
+}
+
+strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg, st_wait_what_fn what,
+                           uint64_t deadline_ns)
+{
+    strata_status_t rc = wait_loop(ep, done, arg, what, deadline_ns);
+    if (rc >= 0)
+        st_watch_rest(ep, &ep->watch);
+    return rc;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "comm/bootstrap/store.h"
+#include "comm/flight.h"
 #include "strata/comm.h"
 
 typedef struct st_ep st_ep_t;
@@ -79,6 +80,12 @@ void st_ep_destroy(st_ep_t *ep);
 int st_ep_rank(const st_ep_t *ep);
 /* This process's window (window.h): its shareable memory and its view of peers' memory. */
 st_win_t *st_ep_window(const st_ep_t *ep);
+/* This process's flight recorder (flight.h). */
+st_flight_t *st_ep_flight(st_ep_t *ep);
+/* True when rank 0's process serves the store (losing the store is losing rank 0). */
+bool st_ep_store_on_rank0(const st_ep_t *ep);
+/* This process's host name. */
+const char *st_ep_host(const st_ep_t *ep);
 int st_ep_size(const st_ep_t *ep);
 long long st_ep_timeout_ms(const st_ep_t *ep);
 /* True when every rank of the job shares this host and shared memory is allowed. */
@@ -97,12 +104,18 @@ strata_status_t st_ep_post_recv(st_ep_t *ep, st_msg_t *m);
  * Returns the sticky failure, if any. */
 strata_status_t st_ep_progress(st_ep_t *ep, bool drain, bool *moved);
 
-/* Waits until done(arg) is true, progressing; spins briefly then sleeps. Gives up at `deadline_ns`
- * with STRATA_ERR_TIMEOUT (the message says what was awaited, from what(arg)). */
-strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg,
-                           void (*what)(void *arg, char *buf, size_t len), uint64_t deadline_ns);
+/* Says what a wait waits for: a sentence for messages, and the world rank it waits on first (-1
+ * when none), for the watchdog (watchdog.h). */
+typedef void (*st_wait_what_fn)(void *arg, char *buf, size_t len, int *awaited);
 
-/* Records a failure (first one wins), raising it in the thread's message; returns it. */
+/* Waits until done(arg) is true, progressing; spins briefly then sleeps. A long wait publishes
+ * heartbeats; at `deadline_ns` the watchdog finds the rank that stopped responding and the wait
+ * fails with STRATA_ERR_TIMEOUT naming it (or what was awaited, from what(arg)). */
+strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg, st_wait_what_fn what,
+                           uint64_t deadline_ns);
+
+/* Records a failure (first one wins), raising it in the thread's message; returns it. The first
+ * failure also dumps the flight recorder when STRATA_DIAG_DIR is set. */
 strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -110,6 +123,18 @@ strata_status_t st_ep_fail(st_ep_t *ep, strata_status_t status, const char *fmt,
  * instead when one arrives within a moment (the root cause elsewhere), else this. */
 strata_status_t st_ep_peer_lost(st_ep_t *ep, int rank, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* As st_ep_fail, naming `culprit` (a world rank, -1 = unknown) as the rank the failure is blamed on,
+ * for the flight-recorder dump. */
+strata_status_t st_ep_fail_blaming(st_ep_t *ep, int culprit, strata_status_t status,
+                                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The rank the failure is blamed on (-1: none or unknown). */
+int st_ep_culprit(const st_ep_t *ep);
+
+/* Reads the store's failure notices; on one, fails the endpoint with it (the job's root cause) and
+ * returns that failure. */
+strata_status_t st_ep_check_store(st_ep_t *ep);
 
 /* The sticky failure (STRATA_OK if none); re-raises its message on this thread. */
 strata_status_t st_ep_error(const st_ep_t *ep);

@@ -41,6 +41,8 @@ static void unlink_active(strata_request_t *req)
 
 static void finish(strata_request_t *req, strata_status_t rc)
 {
+    if (req->comm->sh->ep)
+        st_flight_end(st_ep_flight(req->comm->sh->ep), req->flight, rc);
     req->finished = true;
     req->status = rc;
     unlink_active(req);
@@ -77,6 +79,8 @@ strata_status_t st_request_start(strata_request_t *req, strata_request_t **out)
         st_request_free(req);
         return rc;
     }
+    req->flight = st_flight_begin(st_ep_flight(sh->ep), req->comm->ctx, req->seq, req->what,
+                                  req->algo, req->bytes);
     req->next = sh->active;
     if (sh->active)
         sh->active->prev = req;
@@ -93,12 +97,16 @@ static bool req_done(void *arg)
     return req->finished;
 }
 
-static void req_what(void *arg, char *buf, size_t len)
+static void req_what(void *arg, char *buf, size_t len, int *awaited)
 {
     strata_request_t *req = arg;
+    *awaited = st_sched_awaited(&req->sched);
     char where[192];
     st_sched_describe(&req->sched, req->comm->sh->ep, where, sizeof where);
-    snprintf(buf, len, "in %s (%s, %zu bytes, rank %d of %d) %s", req->what,
+    char seq[24] = "";
+    if (req->seq)
+        snprintf(seq, sizeof seq, " #%u", req->seq);
+    snprintf(buf, len, "in %s%s (%s, %zu bytes, rank %d of %d) %s", req->what, seq,
              req->algo ? req->algo : "direct", req->bytes, req->comm->rank, req->comm->nranks, where);
 }
 

@@ -168,15 +168,46 @@ static int absent_peer(int rank, int n, void *arg)
     int32_t x = 1, y;
     strata_status_t rc = strata_allreduce(c, &x, &y, 1, STRATA_DTYPE_I32, STRATA_OP_SUM);
     double waited = now_s() - t0;
-    // Either this rank timed out itself, or another rank's timeout reached it first; both name
-    // rank 1 as the one that never came.
+    // Either this rank timed out and took the census itself, or another rank's verdict reached it
+    // first; both name rank 1, which never came, not a rank that waited like this one.
     if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
-        !strstr(strata_last_error(), "timed out") ||
-        // rank 0 pairs with rank 1 first: if its own timeout fired, it names rank 1
-        (rank == 0 && rc == STRATA_ERR_TIMEOUT && !strstr(strata_last_error(), "from rank 1")))
+        blamed_rank(strata_last_error()) != 1 || !strstr(strata_last_error(), "stopped responding"))
         return ST_RANK_FAIL("absent peer: %s: %s", strata_status_name(rc), strata_last_error());
     if (waited > 10)
         return ST_RANK_FAIL("timeout of 2 s took %.1f s", waited);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+/* A rank is stopped (SIGSTOP) in the middle of a run of allreduces: every other rank fails within
+ * twice the timeout, naming the stopped rank, never a rank that was waiting like itself. The
+ * stopped rank leaves its pid in `arg` so rank 0 can end it. */
+static int stopped_rank(int rank, int n, void *arg)
+{
+    volatile int *pid = arg;
+    const int victim = n / 2;
+    strata_comm_t *c = st_test_comm();
+    float buf[1024] = {0};
+    strata_status_t rc = STRATA_OK;
+    double t0 = now_s();
+    for (int i = 0; i < 1000000 && rc == STRATA_OK; i++) {
+        if (rank == victim && i == 20) {
+            *pid = (int)getpid();
+            raise(SIGSTOP);
+        }
+        t0 = now_s();
+        rc = strata_allreduce(c, buf, buf, 1024, STRATA_DTYPE_F32, STRATA_OP_SUM);
+    }
+    double waited = now_s() - t0;
+    if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
+        blamed_rank(strata_last_error()) != victim ||
+        !strstr(strata_last_error(), "stopped responding"))
+        return ST_RANK_FAIL("rank %d stopped: %s: %s", victim, strata_status_name(rc),
+                            strata_last_error());
+    if (waited > 2 * 2.0 + 1.5)
+        return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
+    if (rank == 0)
+        kill(*pid, SIGKILL);
     strata_comm_destroy(c);
     return 0;
 }
@@ -362,6 +393,21 @@ static void test_timeout(void **state)
     run(absent_peer, 4, "STRATA_COMM_TIMEOUT_MS=2000;STRATA_COMM_TRANSPORT=tcp", -1);
 }
 
+static void test_stopped(void **state)
+{
+    (void)state;
+    const char *envs[] = {"STRATA_COMM_TIMEOUT_MS=2000",
+                          "STRATA_COMM_TIMEOUT_MS=2000;STRATA_COMM_TRANSPORT=tcp"};
+    const int sizes[] = {2, 5, 8};
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 3; i++) {
+            int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            assert_true(pid != MAP_FAILED);
+            run_arg(stopped_rank, pid, sizes[i], envs[e], sizes[i] / 2);
+            munmap(pid, 4096);
+        }
+}
+
 static void test_garbage_store(void **state)
 {
     (void)state;
@@ -381,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
         cmocka_unit_test(test_killed_direct), cmocka_unit_test(test_echo_not_cause),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_stopped),
         cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

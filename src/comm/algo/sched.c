@@ -236,21 +236,38 @@ strata_status_t st_sched_step(st_sched_t *s, st_ep_t *ep, const int *world, uint
     return s->cur >= s->nrounds ? STRATA_OK : STRATA_INPROGRESS;
 }
 
+/* The first message of the current round still in flight, or NULL. */
+static const st_sop_t *first_pending(const st_sched_t *s)
+{
+    if (!s->started || s->cur >= s->nrounds)
+        return NULL;
+    int begin = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
+    for (int i = begin; i < end; i++) {
+        const st_sop_t *o = &s->ops[i];
+        if (o->kind <= ST_SOP_RECV_REDUCE && o->msg.state != ST_MSG_DONE)
+            return o;
+    }
+    return NULL;
+}
+
 void st_sched_describe(const st_sched_t *s, st_ep_t *ep, char *buf, size_t len)
 {
     if (!s->started || s->cur >= s->nrounds) {
         snprintf(buf, len, "(not waiting)");
         return;
     }
-    int begin = s->cur ? s->round_end[s->cur - 1] : 0, end = s->round_end[s->cur];
-    for (int i = begin; i < end; i++) {
-        const st_sop_t *o = &s->ops[i];
-        if (o->kind > ST_SOP_RECV_REDUCE || o->msg.state == ST_MSG_DONE)
-            continue;
-        snprintf(buf, len, "in round %d of %d waiting for %s of %zu bytes %s %s", s->cur + 1,
-                 s->nrounds, o->kind == ST_SOP_SEND ? "a send" : "a receive", o->bytes,
-                 o->kind == ST_SOP_SEND ? "to" : "from", st_ep_peer_name(ep, o->msg.peer));
+    const st_sop_t *o = first_pending(s);
+    if (!o) {
+        snprintf(buf, len, "in round %d of %d", s->cur + 1, s->nrounds);
         return;
     }
-    snprintf(buf, len, "in round %d of %d", s->cur + 1, s->nrounds);
+    snprintf(buf, len, "in round %d of %d waiting for %s of %zu bytes %s %s", s->cur + 1,
+             s->nrounds, o->kind == ST_SOP_SEND ? "a send" : "a receive", o->bytes,
+             o->kind == ST_SOP_SEND ? "to" : "from", st_ep_peer_name(ep, o->msg.peer));
+}
+
+int st_sched_awaited(const st_sched_t *s)
+{
+    const st_sop_t *o = first_pending(s);
+    return o ? o->msg.peer : -1;
 }

@@ -97,5 +97,7 @@ bool st_sched_done(const st_sched_t *s);
 
 /* Describes what the current round waits for ("receive of 4096 bytes from rank 3 ..."). */
 void st_sched_describe(const st_sched_t *s, st_ep_t *ep, char *buf, size_t len);
+/* The world rank the schedule waits on first (its current round's first unfinished message), or -1. */
+int st_sched_awaited(const st_sched_t *s);
 
 #endif

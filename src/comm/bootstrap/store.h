@@ -87,6 +87,10 @@ strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
 
 strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len);
 
+/* A SET that does not wait for its answer (heartbeats: a store that stopped answering must not stall
+ * the caller). Blocks only while the socket's buffer is full, bounded by the housekeeping limit. */
+strata_status_t st_store_post_set(st_store_t *st, const char *key, const void *val, size_t len);
+
 /* Waits until `key` exists (or timeout_ms passes: STRATA_ERR_TIMEOUT naming the key; 0 = only if
  * already set; < 0 = never), then returns a malloc'd copy of its value (caller frees) and its
  * length. A failure notice, received while waiting or before (the job is dead, so keys may never
@@ -112,6 +116,10 @@ strata_status_t st_store_abort(st_store_t *st, const char *reason);
  * first notice has arrived when this returns, so st_store_check_notice() then names the root
  * cause. An error means the store could not be asked (lost: see st_store_lost()). */
 strata_status_t st_store_report(st_store_t *st, int rank, const char *what);
+
+/* The timeout for answers (as given to st_store_connect), and a way to change it for a while. */
+long long st_store_timeout(const st_store_t *st);
+void st_store_set_timeout(st_store_t *st, long long timeout_ms);
 
 /* True when the connection to the store broke without a goodbye (the store, or its host, is gone). */
 bool st_store_lost(const st_store_t *st);

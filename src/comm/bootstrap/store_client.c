@@ -419,26 +419,42 @@ fail_nofd:
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
-strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len)
+/* Encodes SET key=val into st->out (req: "SET 'k'", for messages); returns the request's id. */
+static strata_status_t encode_set(st_store_t *st, const char *key, const void *val, size_t len,
+                                  char *req, size_t reqlen, uint32_t *id)
 {
     ST_TRY(check_key(st, key));
     if (len && !val)
         return st_error(STRATA_ERR_INVALID_ARG, "store: SET '%.200s' of %zu bytes from NULL", key,
                         len);
-    char req[256];
-    snprintf(req, sizeof req, "SET '%.200s'", key);
+    snprintf(req, reqlen, "SET '%.200s'", key);
     if (len > ST_STORE_MAX_FRAME)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: a %zu-byte value exceeds the %u-byte limit",
                         req, len, ST_STORE_MAX_FRAME);
     size_t start;
-    uint32_t id = begin_request(st, ST_MSG_SET, &start);
+    *id = begin_request(st, ST_MSG_SET, &start);
     st_buf_put_str(&st->out, key, strlen(key));
     st_buf_put(&st->out, val, len);
-    ST_TRY(end_request(st, start, req));
-    char what[300];
+    return end_request(st, start, req);
+}
+
+strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len)
+{
+    char req[256], what[300];
+    uint32_t id = 0;
+    ST_TRY(encode_set(st, key, val, len, req, sizeof req, &id));
     snprintf(what, sizeof what, "the answer to %s", req);
     reply_t r;
     return roundtrip(st, id, st->timeout_ms, false, what, req, &r);
+}
+
+strata_status_t st_store_post_set(st_store_t *st, const char *key, const void *val, size_t len)
+{
+    char req[256];
+    uint32_t id = 0;
+    ST_TRY(encode_set(st, key, val, len, req, sizeof req, &id));
+    // The answer is left to whatever reads next, which drops it as one nobody awaits.
+    return send_out(st, st_deadline_ms(housekeeping_ms(st)), req);
 }
 
 strata_status_t st_store_get(st_store_t *st, const char *key, void **val, size_t *len,
@@ -543,6 +559,16 @@ strata_status_t st_store_report(st_store_t *st, int rank, const char *what)
     ST_TRY(end_request(st, start, "REPORT"));
     reply_t r;
     return roundtrip(st, id, st->timeout_ms, false, "the answer to REPORT", "REPORT", &r);
+}
+
+long long st_store_timeout(const st_store_t *st)
+{
+    return st->timeout_ms;
+}
+
+void st_store_set_timeout(st_store_t *st, long long timeout_ms)
+{
+    st->timeout_ms = timeout_ms;
 }
 
 bool st_store_lost(const st_store_t *st)

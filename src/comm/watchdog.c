@@ -1,0 +1,225 @@
+/* The watchdog (watchdog.h): heartbeats during long waits, and the census that names the culprit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "comm/endpoint.h"
+#include "comm/watchdog.h"
+
+void st_watch_init(st_watch_t *w, long long timeout_ms)
+{
+    long long ms = timeout_ms < 0 ? 1000 : ST_MAX(100, ST_MIN(timeout_ms / 4, 1000));
+    *w = (st_watch_t){.period_ns = (uint64_t)ms * 1000000u};
+}
+
+static void publish(st_ep_t *ep, st_watch_t *w, int awaited, const char *what)
+{
+    char key[32], val[512];
+    snprintf(key, sizeof key, "wait/%d", st_ep_rank(ep));
+    int n = snprintf(val, sizeof val, "%llu %d %s", (unsigned long long)++w->beats, awaited, what);
+    // A heartbeat that cannot be sent is no news: the census will see this rank as silent.
+    if (st_store_post_set(st_ep_store(ep), key, val, (size_t)ST_MIN(n, (int)sizeof val - 1)) < 0)
+        ST_LOG_DEBUG(ST_SUB_COMM, "heartbeat not sent: %s", strata_last_error());
+    w->next_ns = st_now_ns() + w->period_ns;
+}
+
+void st_watch_tick(st_ep_t *ep, st_watch_t *w, uint64_t since_ns, const char *what, int awaited)
+{
+    uint64_t now = st_now_ns();
+    if (now - since_ns < w->period_ns || (w->waiting && now < w->next_ns))
+        return;
+    publish(ep, w, awaited, what);
+    w->waiting = true;
+}
+
+void st_watch_rest(st_ep_t *ep, st_watch_t *w)
+{
+    if (!w->waiting)
+        return;
+    publish(ep, w, -1, "idle");
+    w->waiting = false;
+}
+
+/* ---- the census -------------------------------------------------------------------------------- */
+
+typedef struct beat {
+    long long n; /* -1: no heartbeat */
+    int awaited;
+    char what[400];
+} beat_t;
+
+/* Reads every rank's heartbeat. STRATA_ERR_TIMEOUT when the store does not answer. */
+static strata_status_t read_beats(st_ep_t *ep, beat_t *b)
+{
+    for (int r = 0; r < st_ep_size(ep); r++) {
+        char key[32];
+        snprintf(key, sizeof key, "wait/%d", r);
+        void *val = NULL;
+        size_t len = 0;
+        b[r] = (beat_t){.n = -1, .awaited = -1};
+        strata_status_t rc = st_store_get(st_ep_store(ep), key, &val, &len, 0);
+        if (rc == STRATA_ERR_TIMEOUT && strstr(strata_last_error(), "waiting for key"))
+            continue; // "only if set" and it was not: this rank never beat
+        if (rc < 0)
+            return rc;
+        int off = 0;
+        if (sscanf(val, "%lld %d %n", &b[r].n, &b[r].awaited, &off) < 2)
+            b[r].n = -1;
+        else
+            snprintf(b[r].what, sizeof b[r].what, "%s", (char *)val + off);
+        free(val);
+    }
+    return STRATA_OK;
+}
+
+/* "0-2, 4, 6-7" from a membership array. */
+static void format_ranks(const bool *in, int n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n && used < len; r++) {
+        if (!in[r] || (r > 0 && in[r - 1]))
+            continue;
+        int end = r;
+        while (end + 1 < n && in[end + 1])
+            end++;
+        int w = end > r ? snprintf(buf + used, len - used, "%s%d-%d", used ? ", " : "", r, end)
+                        : snprintf(buf + used, len - used, "%s%d", used ? ", " : "", r);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Sleeps `ns` in short naps, beating, until a failure notice arrives (returns it) or time is up. */
+static strata_status_t nap_beating(st_ep_t *ep, st_watch_t *w, uint64_t ns, const char *what,
+                                   int awaited)
+{
+    uint64_t until = st_now_ns() + ns;
+    while (st_now_ns() < until) {
+        if (st_now_ns() >= w->next_ns)
+            publish(ep, w, awaited, what);
+        if (st_ep_check_store(ep) < 0)
+            return st_ep_error(ep);
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return STRATA_OK;
+}
+
+/* Picks the culprit among the suspects: the end of a waiting chain (its own heartbeat, if any,
+ * waits on no other suspect) that most ranks wait on; ties go to the lowest rank. -1 if none. */
+static int pick_culprit(const beat_t *b, const bool *suspect, int n, int me, int awaited)
+{
+    int best = -1, best_waiters = -1;
+    for (int s = 0; s < n; s++) {
+        if (!suspect[s])
+            continue;
+        int a = b[s].n >= 0 ? b[s].awaited : -1;
+        if (a >= 0 && a < n && suspect[a] && a != s)
+            continue; // it waits on another suspect: the cause is further down the chain
+        int waiters = awaited == s;
+        for (int r = 0; r < n; r++)
+            waiters += r != me && !suspect[r] && b[r].n >= 0 && b[r].awaited == s;
+        if (waiters > best_waiters) {
+            best = s;
+            best_waiters = waiters;
+        }
+    }
+    return best;
+}
+
+strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, int awaited)
+{
+    const int n = st_ep_size(ep), me = st_ep_rank(ep);
+    st_store_t *store = st_ep_store(ep);
+    if (st_ep_check_store(ep) < 0) // someone else's verdict, or a death, is already known
+        return st_ep_error(ep);
+    beat_t *before = calloc((size_t)n, sizeof *before), *after = calloc((size_t)n, sizeof *after);
+    bool *suspect = calloc((size_t)n, sizeof *suspect), *alive = calloc((size_t)n, sizeof *alive);
+    strata_status_t rc = STRATA_OK;
+    int culprit = -1;
+    char text[1024] = "";
+    if (!before || !after || !suspect || !alive) {
+        rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory for the census of %d ranks", n);
+        goto out;
+    }
+    // The census must not outlast the timeout it explains: a store that does not answer within
+    // two heartbeat periods is taken as stopped.
+    long long saved = st_store_timeout(store);
+    st_store_set_timeout(store, (long long)(2 * w->period_ns / 1000000u));
+    rc = read_beats(ep, before);
+    if (rc == STRATA_OK)
+        rc = nap_beating(ep, w, w->period_ns * 5 / 2, what, awaited);
+    if (rc == STRATA_OK && !st_ep_error(ep))
+        rc = read_beats(ep, after);
+    st_store_set_timeout(store, saved);
+    if (st_ep_error(ep) < 0) {
+        rc = st_ep_error(ep);
+        goto out;
+    }
+    if (rc == STRATA_ERR_TIMEOUT || rc == STRATA_ERR_PEER_FAILED) {
+        if (st_ep_check_store(ep) < 0) {
+            rc = st_ep_error(ep);
+            goto out;
+        }
+        if (st_ep_store_on_rank0(ep) && me != 0) {
+            rc = st_ep_fail_blaming(ep, 0, STRATA_ERR_TIMEOUT,
+                                    "%s, which serves the store, stopped responding: the store "
+                                    "did not answer the census after rank %d timed out %s",
+                                    st_ep_peer_name(ep, 0), me, what);
+            goto out;
+        }
+    }
+    if (rc < 0)
+        ST_LOG_WARN(ST_SUB_COMM, "census failed: %s", strata_last_error());
+    else {
+        for (int r = 0; r < n; r++) {
+            alive[r] = r == me || (after[r].n >= 0 && after[r].n != before[r].n);
+            suspect[r] = !alive[r];
+        }
+        culprit = pick_culprit(after, suspect, n, me, awaited);
+    }
+    if (culprit >= 0) {
+        char waiting[256], others[256];
+        format_ranks(alive, n, waiting, sizeof waiting);
+        suspect[culprit] = false;
+        format_ranks(suspect, n, others, sizeof others);
+        const char *op = strstr(what, "in ") == what ? what + 3 : what;
+        char opname[160];
+        int oplen = (int)strcspn(op, "(");
+        while (oplen > 0 && op[oplen - 1] == ' ')
+            oplen--;
+        snprintf(opname, sizeof opname, "%.*s", oplen, op);
+        bool many = strchr(waiting, ',') || strchr(waiting, '-');
+        int len = snprintf(text, sizeof text, "stopped responding during %s; rank%s %s %s waiting for it",
+                           opname, many ? "s" : "", waiting, many ? "were" : "was");
+        if (after[culprit].n >= 0 && len > 0 && (size_t)len < sizeof text)
+            len += snprintf(text + len, sizeof text - (size_t)len, "; its last heartbeat: %s",
+                            after[culprit].what);
+        if (others[0] && len > 0 && (size_t)len < sizeof text)
+            snprintf(text + len, sizeof text - (size_t)len, "; ranks %s did not respond either",
+                     others);
+        rc = st_store_report(store, culprit, text);
+        int who = -1;
+        if (st_store_check_notice(store, &who) < 0) // ours, or an earlier verdict: the same story
+            rc = st_ep_fail_blaming(ep, who, STRATA_ERR_TIMEOUT, "%s", strata_last_error());
+        else
+            rc = st_ep_fail_blaming(ep, culprit, STRATA_ERR_TIMEOUT, "%s %s",
+                                    st_ep_peer_name(ep, culprit), text);
+        goto out;
+    }
+    // No culprit: every rank is alive and waiting (mismatched calls?), or the census failed.
+    char msg[600];
+    snprintf(msg, sizeof msg, "timed out after %lld ms %s%s", st_ep_timeout_ms(ep), what,
+             rc < 0 ? "" : " (every rank is alive and waiting: do the ranks call different "
+                           "collectives?)");
+    st_store_abort(store, msg);
+    rc = st_ep_fail_blaming(ep, awaited, STRATA_ERR_TIMEOUT, "rank %d %s", me, msg);
+out:
+    free(before);
+    free(after);
+    free(suspect);
+    free(alive);
+    return rc;
+}

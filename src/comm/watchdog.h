@@ -1,0 +1,48 @@
+/* The watchdog: finds the rank a timed-out job is stuck behind.
+ *
+ * A rank whose wait lasts longer than one heartbeat period (a quarter of the timeout, 100 ms to
+ * 1 s) publishes a heartbeat in the store, "wait/<rank>" = "<beat> <awaited rank> <what>", once per
+ * period until the wait ends, and withdraws it then ("<beat> -1 idle"). A healthy job never waits
+ * that long, so this costs nothing until something is wrong: it sends without awaiting an answer.
+ *
+ * When a wait reaches its deadline the rank takes a census: it reads every rank's heartbeat, waits
+ * 2.5 periods (beating itself), and reads them again. Ranks whose beat advanced are alive and
+ * waiting; the others are suspects (stopped, stuck outside the library, or dead). The culprit is the
+ * suspect at the end of the waiting chain (it waits on no other suspect), the one most ranks wait
+ * on. It is reported to the store (st_store_report), whose first notice every rank then returns:
+ * "rank 3 (host h pid p) failed: stopped responding in allreduce #12 (...); ranks 0-2, 4-7 were
+ * waiting for it (seen by rank 5)". A store that does not answer the census is itself the suspect:
+ * rank 0, when rank 0 serves it. When every rank is alive and waiting (mismatched collectives) there
+ * is no culprit and the rank aborts naming what it waited for.
+ */
+#ifndef ST_WATCHDOG_H
+#define ST_WATCHDOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+typedef struct st_ep st_ep_t;
+
+typedef struct st_watch {
+    uint64_t period_ns; /* heartbeat period */
+    uint64_t beats;     /* heartbeats published so far */
+    uint64_t next_ns;   /* when the next one is due */
+    bool waiting;       /* a "waiting" heartbeat is out: withdraw it when the wait ends */
+} st_watch_t;
+
+void st_watch_init(st_watch_t *w, long long timeout_ms);
+
+/* In a wait that began at `since_ns`: publishes a heartbeat when one is due. */
+void st_watch_tick(st_ep_t *ep, st_watch_t *w, uint64_t since_ns, const char *what, int awaited);
+
+/* The wait ended: withdraws the "waiting" heartbeat if one is out. */
+void st_watch_rest(st_ep_t *ep, st_watch_t *w);
+
+/* A wait reached its deadline waiting for `what` (on world rank `awaited`, -1 if none): takes the
+ * census, reports the culprit, and fails the endpoint with STRATA_ERR_TIMEOUT and the job's first
+ * notice (or with the abort message when there is no culprit). Returns that failure. */
+strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, int awaited);
+
+#endif
