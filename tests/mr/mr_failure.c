@@ -180,12 +180,14 @@ static int absent_peer(int rank, int n, void *arg)
 }
 
 /* A rank is stopped (SIGSTOP) in the middle of a run of allreduces: every other rank fails within
- * twice the timeout, naming the stopped rank, never a rank that was waiting like itself. The
- * stopped rank leaves its pid in `arg` so rank 0 can end it. */
+ * twice the timeout, naming the stopped rank, never a rank that was waiting like itself. arg[1] is
+ * the victim; it leaves its pid in arg[0] so the lowest other rank can end it. When the victim is
+ * rank 0 serving the store, the store stops with it and must be recognised as rank 0. */
 static int stopped_rank(int rank, int n, void *arg)
 {
     volatile int *pid = arg;
-    const int victim = n / 2;
+    const int victim = pid[1];
+    (void)n;
     strata_comm_t *c = st_test_comm();
     float buf[1024] = {0};
     strata_status_t rc = STRATA_OK;
@@ -206,8 +208,29 @@ static int stopped_rank(int rank, int n, void *arg)
                             strata_last_error());
     if (waited > 2 * 2.0 + 1.5)
         return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
+    if (rank == (victim == 0 ? 1 : 0))
+        kill(pid[0], SIGKILL);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+/* Rank 0 serves the store and dies: every survivor names rank 0, not just "the store". */
+static int killed_store_host(int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    if (!c)
+        return ST_RANK_FAIL("create: %s", strata_last_error());
+    float buf[256] = {0};
+    strata_status_t rc = strata_barrier(c);
     if (rank == 0)
-        kill(*pid, SIGKILL);
+        raise(SIGKILL);
+    for (int i = 0; i < 1000000 && rc == STRATA_OK; i++)
+        rc = strata_allreduce(c, buf, buf, 256, STRATA_DTYPE_F32, STRATA_OP_SUM);
+    if (rc != STRATA_ERR_PEER_FAILED || blamed_rank(strata_last_error()) != 0)
+        return ST_RANK_FAIL("after the store's host died: %s: %s", strata_status_name(rc),
+                            strata_last_error());
     strata_comm_destroy(c);
     return 0;
 }
@@ -403,8 +426,55 @@ static void test_stopped(void **state)
         for (int i = 0; i < 3; i++) {
             int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             assert_true(pid != MAP_FAILED);
-            run_arg(stopped_rank, pid, sizes[i], envs[e], sizes[i] / 2);
+            pid[1] = sizes[i] / 2;
+            run_arg(stopped_rank, pid, sizes[i], envs[e], pid[1]);
             munmap(pid, 4096);
+        }
+}
+
+static int free_port(void);
+
+/* Rank 0 serves the store and is stopped: the store stops answering with it. */
+static void test_stopped_store_host(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 4; n += 2) {
+        char env[200];
+        snprintf(env, sizeof env,
+                 "STRATA_COMM_TIMEOUT_MS=2000;STRATA_STORE_EXTERNAL=0;STRATA_STORE_ADDR=127.0.0.1:%d",
+                 free_port());
+        int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        assert_true(pid != MAP_FAILED);
+        pid[1] = 0;
+        run_arg(stopped_rank, pid, n, env, 0);
+        munmap(pid, 4096);
+    }
+}
+
+/* A port nobody listens on now, for a store that rank 0 hosts. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void test_killed_store_host(void **state)
+{
+    (void)state;
+    const char *transports[] = {"", ";STRATA_COMM_TRANSPORT=tcp"};
+    for (int t = 0; t < 2; t++)
+        for (int n = 3; n <= 5; n += 2) {
+            char env[200];
+            snprintf(env, sizeof env,
+                     "STRATA_COMM_TIMEOUT_MS=20000;STRATA_STORE_EXTERNAL=0;"
+                     "STRATA_STORE_ADDR=127.0.0.1:%d%s", free_port(), transports[t]);
+            run(killed_store_host, n, env, 0);
         }
 }
 
@@ -427,7 +497,7 @@ int main(void)
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
         cmocka_unit_test(test_killed_direct), cmocka_unit_test(test_echo_not_cause),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_stopped),
+        cmocka_unit_test(test_stopped),      cmocka_unit_test(test_stopped_store_host),      cmocka_unit_test(test_killed_store_host),
         cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
