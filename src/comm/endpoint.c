@@ -695,11 +695,13 @@ static void sleep_once(st_ep_t *ep, int timeout_ms)
 /* Heartbeats while a wait is long (watchdog.h): what it waits for, as what() says. */
 static void beat(st_ep_t *ep, void *arg, st_wait_what_fn what, uint64_t since)
 {
+    if (!st_watch_due(&ep->watch, since))
+        return;
     char buf[400] = "";
     int awaited = -1;
     if (what)
         what(arg, buf, sizeof buf, &awaited);
-    st_watch_tick(ep, &ep->watch, since, buf, awaited);
+    st_watch_beat(ep, &ep->watch, buf, awaited);
 }
 
 static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg,

@@ -25,11 +25,14 @@ static void publish(st_ep_t *ep, st_watch_t *w, int awaited, const char *what)
     w->next_ns = st_now_ns() + w->period_ns;
 }
 
-void st_watch_tick(st_ep_t *ep, st_watch_t *w, uint64_t since_ns, const char *what, int awaited)
+bool st_watch_due(const st_watch_t *w, uint64_t since_ns)
 {
     uint64_t now = st_now_ns();
-    if (now - since_ns < w->period_ns || (w->waiting && now < w->next_ns))
-        return;
+    return now - since_ns >= w->period_ns && (!w->waiting || now >= w->next_ns);
+}
+
+void st_watch_beat(st_ep_t *ep, st_watch_t *w, const char *what, int awaited)
+{
     publish(ep, w, awaited, what);
     w->waiting = true;
 }

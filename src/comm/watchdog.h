@@ -34,8 +34,11 @@ typedef struct st_watch {
 
 void st_watch_init(st_watch_t *w, long long timeout_ms);
 
-/* In a wait that began at `since_ns`: publishes a heartbeat when one is due. */
-void st_watch_tick(st_ep_t *ep, st_watch_t *w, uint64_t since_ns, const char *what, int awaited);
+/* True when a wait that began at `since_ns` owes a heartbeat now. */
+bool st_watch_due(const st_watch_t *w, uint64_t since_ns);
+
+/* Publishes a heartbeat: this rank waits for `what`, on world rank `awaited` (-1: none). */
+void st_watch_beat(st_ep_t *ep, st_watch_t *w, const char *what, int awaited);
 
 /* The wait ended: withdraws the "waiting" heartbeat if one is out. */
 void st_watch_rest(st_ep_t *ep, st_watch_t *w);

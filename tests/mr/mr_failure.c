@@ -185,16 +185,15 @@ static int absent_peer(int rank, int n, void *arg)
  * rank 0 serving the store, the store stops with it and must be recognised as rank 0. */
 static int stopped_rank(int rank, int n, void *arg)
 {
-    volatile int *pid = arg;
+    int *pid = arg;
     const int victim = pid[1];
-    (void)n;
     strata_comm_t *c = st_test_comm();
     float buf[1024] = {0};
     strata_status_t rc = STRATA_OK;
     double t0 = now_s();
     for (int i = 0; i < 1000000 && rc == STRATA_OK; i++) {
         if (rank == victim && i == 20) {
-            *pid = (int)getpid();
+            __atomic_store_n(&pid[0], (int)getpid(), __ATOMIC_RELEASE);
             raise(SIGSTOP);
         }
         t0 = now_s();
@@ -208,8 +207,16 @@ static int stopped_rank(int rank, int n, void *arg)
                             strata_last_error());
     if (waited > 2 * 2.0 + 1.5)
         return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
-    if (rank == (victim == 0 ? 1 : 0))
+    // End the victim only when every survivor has its verdict: its death would be news too.
+    __atomic_add_fetch(&pid[2], 1, __ATOMIC_ACQ_REL);
+    if (rank == (victim == 0 ? 1 : 0)) {
+        for (double t = now_s(); __atomic_load_n(&pid[2], __ATOMIC_ACQUIRE) < n - 1;)
+            if (now_s() - t > 60)
+                return ST_RANK_FAIL("the other survivors never reached a verdict");
+            else
+                usleep(1000);
         kill(pid[0], SIGKILL);
+    }
     strata_comm_destroy(c);
     return 0;
 }
