@@ -126,6 +126,16 @@ STRATA_API int strata_comm_size(const strata_comm_t *comm);
  * into the calling thread's error buffer (strata_last_error()). */
 STRATA_API strata_status_t strata_comm_get_error(const strata_comm_t *comm);
 
+/* What this process's communication has cost so far, for finding stragglers: a rank that waits
+ * much less than its peers in the same collectives is the one they wait for. Counts cover every
+ * communicator of the process (the world and its splits). */
+typedef struct strata_comm_stats {
+    uint64_t ops;   /* operations completed (collectives and point-to-point) */
+    double wait_s;  /* seconds spent blocked in strata_request_wait and the blocking calls */
+} strata_comm_stats_t;
+
+STRATA_API strata_status_t strata_comm_stats(const strata_comm_t *comm, strata_comm_stats_t *out);
+
 /* ---- memory peers reach directly ---------------------------------------------------------------- */
 
 /* Allocates `bytes` (zeroed, page-aligned) that the other ranks of this host can map: the analogue of

@@ -105,6 +105,16 @@ void strata_comm_abort(strata_comm_t *comm, const char *reason)
     st_ep_abort(comm->sh->ep, reason);
 }
 
+strata_status_t strata_comm_stats(const strata_comm_t *comm, strata_comm_stats_t *out)
+{
+    if (!comm || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_stats: %s is NULL",
+                        comm ? "out" : "comm");
+    const st_flight_t *f = st_ep_flight(comm->sh->ep);
+    *out = (strata_comm_stats_t){.ops = f->completed, .wait_s = st_ep_wait_ns(comm->sh->ep) / 1e9};
+    return STRATA_OK;
+}
+
 int strata_comm_rank(const strata_comm_t *comm)
 {
     return comm ? comm->rank : -1;

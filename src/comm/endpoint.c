@@ -45,6 +45,7 @@ struct st_ep {
     int culprit; /* the rank the failure is blamed on, -1 unknown */
     st_flight_t flight;
     st_watch_t watch;
+    uint64_t wait_ns; /* time spent in st_ep_wait */
     uint64_t spin_ns;
     uint64_t last_check_ns;
     bool joined; /* creation completed: a destroy is a deliberate, clean exit */
@@ -116,6 +117,7 @@ st_flight_t *st_ep_flight(st_ep_t *ep) { return &ep->flight; }
 bool st_ep_store_on_rank0(const st_ep_t *ep) { return ep->store_on_rank0; }
 const char *st_ep_host(const st_ep_t *ep) { return ep->host; }
 int st_ep_culprit(const st_ep_t *ep) { return ep->culprit; }
+uint64_t st_ep_wait_ns(const st_ep_t *ep) { return ep->wait_ns; }
 
 const char *st_ep_peer_name(st_ep_t *ep, int rank)
 {
@@ -766,7 +768,9 @@ static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg
 strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg, st_wait_what_fn what,
                            uint64_t deadline_ns)
 {
+    uint64_t t0 = st_now_ns();
     strata_status_t rc = wait_loop(ep, done, arg, what, deadline_ns);
+    ep->wait_ns += st_now_ns() - t0;
     if (rc >= 0)
         st_watch_rest(ep, &ep->watch);
     return rc;

@@ -84,6 +84,8 @@ st_win_t *st_ep_window(const st_ep_t *ep);
 st_flight_t *st_ep_flight(st_ep_t *ep);
 /* True when rank 0's process serves the store (losing the store is losing rank 0). */
 bool st_ep_store_on_rank0(const st_ep_t *ep);
+/* Nanoseconds spent in st_ep_wait so far. */
+uint64_t st_ep_wait_ns(const st_ep_t *ep);
 /* This process's host name. */
 const char *st_ep_host(const st_ep_t *ep);
 int st_ep_size(const st_ep_t *ep);

@@ -1,7 +1,9 @@
-/* Point-to-point, non-blocking overlap, splits and every registered algorithm forced in turn. */
+/* Point-to-point, non-blocking overlap, splits, every registered algorithm forced in turn, and the
+ * per-process statistics that find stragglers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness/ref.h"
 #include "harness/st_test.h"
@@ -225,6 +227,52 @@ static void run_all_sizes(st_rank_fn fn, const char *env)
     }
 }
 
+/* ---- statistics -------------------------------------------------------------------------------- */
+
+/* The last rank is a straggler: it arrives 300 ms late at each of 3 allreduces, so every other rank
+ * waits at least 0.9 s in them and the straggler waits less than any of them; every rank counts its
+ * operations. */
+static int stats(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    strata_comm_stats_t before, after;
+    ST_RANK_CHECK_OK(strata_barrier(c));
+    ST_RANK_CHECK_OK(strata_comm_stats(c, &before));
+    for (int i = 0; i < 3; i++) {
+        if (rank == n - 1)
+            usleep(300 * 1000);
+        float x = 1;
+        ST_RANK_CHECK_OK(strata_allreduce(c, &x, &x, 1, STRATA_DTYPE_F32, STRATA_OP_SUM));
+    }
+    ST_RANK_CHECK_OK(strata_comm_stats(c, &after));
+    double waited = after.wait_s - before.wait_s, all[16];
+    if (after.ops - before.ops != 3)
+        return ST_RANK_FAIL("%llu operations counted, 3 done",
+                            (unsigned long long)(after.ops - before.ops));
+    if (rank != n - 1 && waited < 0.9)
+        return ST_RANK_FAIL("waited %.3f s for a rank 0.9 s late", waited);
+    ST_RANK_CHECK_OK(strata_allgather(c, &waited, all, 1, STRATA_DTYPE_F64));
+    for (int r = 0; r < n - 1; r++)
+        if (all[n - 1] >= all[r])
+            return ST_RANK_FAIL("the straggler waited %.3f s, rank %d only %.3f s", all[n - 1], r,
+                                all[r]);
+    if (strata_comm_stats(NULL, &after) != STRATA_ERR_INVALID_ARG ||
+        strata_comm_stats(c, NULL) != STRATA_ERR_INVALID_ARG)
+        return ST_RANK_FAIL("NULL arguments accepted");
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static void test_stats(void **state)
+{
+    (void)state;
+    const int sizes[] = {2, 3, 5};
+    for (int i = 0; i < 3; i++)
+        if (st_test_ranks(sizes[i], stats, NULL, NULL) != 0)
+            fail_msg("%d ranks failed", sizes[i]);
+}
+
 static void test_p2p(void **state)
 {
     (void)state;
@@ -274,7 +322,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_p2p),   cmocka_unit_test(test_p2p_tcp),
         cmocka_unit_test(test_overlap), cmocka_unit_test(test_split),
-        cmocka_unit_test(test_forced_algos),
+        cmocka_unit_test(test_forced_algos), cmocka_unit_test(test_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
