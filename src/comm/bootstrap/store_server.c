@@ -886,6 +886,13 @@ static strata_status_t accept_clients(st_store_server_t *srv)
         srv->clients[srv->nclients++] = c;
         atomic_fetch_add(&srv->n_clients, 1);
         read_client(srv, c);
+        if (!c->hello_done) {
+            flush_client(c); // the answer to a refused HELLO
+            if (c->doomed) {
+                drop_client(srv, c); // now, not at the end of the round: a batch of garbage
+                continue;            // must not hold a batch of descriptors
+            }
+        }
         pending += waits_for_hello(c);
     }
     return STRATA_OK;
