@@ -22,6 +22,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_SHM_CMA", "1", "0 turns off cross-memory attach and with it the direct algorithms (ranks of one host then exchange only messages); set alike on every rank"},
     {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
     {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},
+    {"STRATA_TCP_HELLO_MS", "2000", "a connection to a rank's tcp port that has not sent its 16-byte hello within this is closed"},
     {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},
     {"STRATA_SECRET", "", "job secret a store client must present (strata launch sets one)"},
     {"STRATA_STORE_EXTERNAL", "0", "1: a standalone `strata store` serves the job, rank 0 does not host it"},

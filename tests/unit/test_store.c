@@ -3,7 +3,9 @@
  * speak the protocol, failure and abort notices, and the server's linger on close. The server runs
  * in its own thread (these tests never fork), except one test that drives it with
  * st_store_server_poll() the way the multi-rank harness does. Raw sockets speak the protocol badly
- * on purpose. */
+ * on purpose; the stranger tests fork a child that holds hundreds of them. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -11,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -487,6 +491,220 @@ static void test_ranked_client_breaking_protocol(void **state)
     st_store_server_close(s.srv, 0);
 }
 
+/* ---- strangers: what a client costs before HELLO --------------------------------------------- */
+
+/* Open descriptors of this process, or -1 when it cannot open one more. */
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1; // out of descriptors
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; // the directory's own
+}
+
+enum { CHILD_OK, CHILD_NO_CONNECT, CHILD_NOT_CLOSED, CHILD_PIPE };
+
+/* The stranger process: `silent` connections that say nothing (or half a HELLO) and `noisy` ones
+ * that send garbage, all held open; reports on `ready` once the store has closed all but
+ * ST_STORE_PENDING_MAX of them (it may keep that many waiting for HELLO), then waits on `done`. */
+static _Noreturn void strangers_main(int port, int silent, int noisy, int ready, int done)
+{
+    int n = silent + noisy;
+    int *fds = calloc((size_t)n, sizeof *fds);
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    if (!fds || !p)
+        _exit(CHILD_PIPE);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    uint8_t noise[4096];
+    for (size_t i = 0; i < sizeof noise; i++)
+        noise[i] = (uint8_t)(i * 151 + 3);
+    st_buf_t half = hello_frame(ST_STORE_MAGIC, SECRET, 3);
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0)
+            _exit(CHILD_NO_CONNECT);
+        if (i < silent) {
+            if (i % 10 == 0 && send(fds[i], half.data, half.len / 2, MSG_NOSIGNAL) < 0)
+                _exit(CHILD_NO_CONNECT);
+            continue;
+        }
+        // Garbage of a few kinds: random bytes, another protocol, a 4 GiB length, a zero length.
+        static const char *const kinds[] = {NULL, "GET / HTTP/1.1\r\n\r\n", "\xff\xff\xff\xff",
+                                            "\0\0\0\0"};
+        const char *k = kinds[i % 4];
+        ssize_t w = k ? send(fds[i], k, i % 4 == 1 ? strlen(k) : 4, MSG_NOSIGNAL)
+                      : send(fds[i], noise, sizeof noise, MSG_NOSIGNAL);
+        (void)w; // the store may already have closed it: fine
+    }
+    // Wait for the store to close all but the ones it may keep waiting.
+    uint64_t deadline = st_deadline_ms(LONG_MS);
+    int open = n;
+    while (open > ST_STORE_PENDING_MAX && st_now_ns() < deadline) {
+        for (int i = 0; i < n; i++)
+            p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+        if (poll(p, (nfds_t)n, 100) <= 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            char b[256];
+            if (fds[i] >= 0 && p[i].revents && recv(fds[i], b, sizeof b, MSG_DONTWAIT) <= 0) {
+                close(fds[i]);
+                fds[i] = -1;
+                open--;
+            }
+        }
+    }
+    char c = open > ST_STORE_PENDING_MAX ? CHILD_NOT_CLOSED : CHILD_OK;
+    if (write(ready, &c, 1) != 1 || read(done, &c, 1) < 0)
+        _exit(CHILD_PIPE);
+    _exit(c);
+}
+
+/* Hundreds of silent and garbage clients, with the descriptor limit torchrun and Slurm set (1024):
+ * the store keeps its descriptors bounded, the process can still open files (before, held
+ * connections filled the table and rank 0's checkpoint write failed with EMFILE), and a real
+ * client is served while strangers hold every slot for connections that have not said HELLO. */
+static void test_strangers_bounded(void **state)
+{
+    (void)state;
+    struct rlimit saved;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit lim = {.rlim_cur = ST_MIN(saved.rlim_max, (rlim_t)1024), .rlim_max = saved.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    // More strangers than the parent's descriptor table holds, when the child may hold them.
+    int total = (int)ST_MIN(saved.rlim_max - 64, (rlim_t)1200);
+    int noisy = total / 8, silent = total - noisy;
+
+    st_store_server_t *srv;
+    assert_int_equal(st_store_server_open("127.0.0.1:0", SECRET, &srv), STRATA_OK);
+    st_store_server_set_hello_timeout(srv, LONG_MS); // bounded by the cap, not by the timeout
+    int port = st_store_server_port(srv);
+    int base = count_fds();
+    int ready[2], done[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(done), 0);
+    fflush(stdout);
+    pid_t pid = fork(); // before the server thread exists: the child is single-threaded
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        close(done[1]); // or the child would never see the parent's end of `done` close
+        st_store_server_atfork_child(srv);
+        struct rlimit more = {.rlim_cur = saved.rlim_max, .rlim_max = saved.rlim_max};
+        setrlimit(RLIMIT_NOFILE, &more);
+        strangers_main(port, silent, noisy, ready[1], done[0]);
+    }
+    close(ready[1]);
+    close(done[0]);
+    server_t s = {.srv = srv};
+    snprintf(s.addr, sizeof s.addr, "127.0.0.1:%d", port);
+    assert_int_equal(st_store_server_start_thread(srv), STRATA_OK);
+
+    // Watch the descriptors while the strangers come and go.
+    int most = base, emfile = 0;
+    char c = -1;
+    uint64_t deadline = st_deadline_ms(2 * LONG_MS);
+    for (;;) {
+        struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
+        if (poll(&pfd, 1, 5) > 0) {
+            assert_int_equal(read(ready[0], &c, 1), 1);
+            break;
+        }
+        assert_true(st_now_ns() < deadline);
+        int fds = count_fds();
+        most = ST_MAX(most, fds);
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC); // a checkpoint write, in miniature
+        if (fd < 0 || fds < 0)
+            emfile++;
+        else
+            close(fd);
+    }
+    assert_int_equal(c, CHILD_OK);
+    // A real client gets in and is served while the strangers hold every waiting slot.
+    st_store_t *good = join(&s, 0);
+    assert_int_equal(st_store_set(good, "k", "v", 1), STRATA_OK);
+    assert_get(good, "k", "v");
+    most = ST_MAX(most, count_fds());
+    assert_true(stats(&s).clients <= ST_STORE_PENDING_MAX + 1);
+    assert_int_equal(close(done[1]), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == CHILD_OK);
+    close(ready[0]);
+    assert_int_equal(emfile, 0);
+    // Nothing per stranger: the waiting slots (and a newcomer accepted before the oldest is
+    // evicted), the two pipes, the server thread's eventfd and the good client's two ends.
+    int bound = base + ST_STORE_PENDING_MAX + 1 + 2 + 1 + 2;
+    if (most > bound)
+        fail_msg("%d descriptors open at most during %d strangers (%d before, at most %d)", most,
+                 total, base, bound);
+    assert_int_equal(stats(&s).notices, 0);
+    st_store_close(good, true);
+    st_store_server_close(srv, 0);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+}
+
+/* A client announcing a 64 MiB HELLO and sending it is cut off after a few bytes: before HELLO the
+ * store reads at most ST_STORE_HELLO_MAX bytes of a client (before, it buffered the whole frame). */
+static void test_big_hello_cut_off(void **state)
+{
+    (void)state;
+    server_t s = start_server(SECRET);
+    int fd = raw_connect(&s);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    size_t total = ST_STORE_MAX_FRAME;
+    uint8_t *chunk = calloc(1, 64 << 10);
+    assert_non_null(chunk);
+    st_le32_store(chunk, (uint32_t)(total - 4)); // a frame of the largest size allowed
+    chunk[4] = ST_MSG_HELLO;
+    size_t sent = 0;
+    while (sent < total) {
+        ssize_t w = send(fd, chunk, ST_MIN((size_t)64 << 10, total - sent), MSG_NOSIGNAL);
+        if (w <= 0)
+            break; // reset by the store
+        sent += (size_t)w;
+        memset(chunk, 0x5a, 8);
+    }
+    free(chunk);
+    // What got out is what the kernel buffers took before the reset arrived, never the frame.
+    if (sent >= total / 4)
+        fail_msg("the store took %zu bytes of a HELLO before cutting the client off", sent);
+    raw_expect_closed(fd);
+    st_store_t *good = join(&s, 0);
+    assert_int_equal(st_store_set(good, "k", "v", 1), STRATA_OK);
+    st_store_close(good, true);
+    st_store_server_close(s.srv, 0);
+}
+
+/* A secret too long for a HELLO is the client's clear error, not a dropped connection. */
+static void test_secret_too_long(void **state)
+{
+    (void)state;
+    char *secret = malloc(ST_STORE_HELLO_MAX + 1);
+    assert_non_null(secret);
+    memset(secret, 'x', ST_STORE_HELLO_MAX);
+    secret[ST_STORE_HELLO_MAX] = '\0';
+    server_t s = start_server(secret);
+    st_store_t *st = NULL;
+    assert_int_equal(st_store_connect(s.addr, secret, 0, LONG_MS, &st), STRATA_ERR_INVALID_ARG);
+    assert_null(st);
+    assert_error_has("secret");
+    // The longest secret that fits is fine.
+    secret[ST_STORE_HELLO_MAX - 128] = '\0';
+    st_store_server_close(s.srv, 0);
+    s = start_server(secret);
+    assert_int_equal(st_store_connect(s.addr, secret, 0, LONG_MS, &st), STRATA_OK);
+    st_store_close(st, true);
+    st_store_server_close(s.srv, 0);
+    free(secret);
+}
+
 /* ---- failure detection ----------------------------------------------------------------------- */
 
 static void test_failure_notice(void **state)
@@ -762,6 +980,9 @@ int main(void)
         cmocka_unit_test(test_add),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_garbage_clients),
+        cmocka_unit_test(test_strangers_bounded),
+        cmocka_unit_test(test_big_hello_cut_off),
+        cmocka_unit_test(test_secret_too_long),
         cmocka_unit_test(test_ranked_client_breaking_protocol),
         cmocka_unit_test(test_failure_notice),
         cmocka_unit_test(test_report_names_root_cause),

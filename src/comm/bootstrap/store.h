@@ -28,6 +28,11 @@ typedef struct st_store st_store_t;
 
 /* ---- server ------------------------------------------------------------------------------------ */
 
+/* How many connections that have not completed HELLO the server keeps open at once; a newcomer
+ * closes the one that has waited longest. Each costs a descriptor and at most ST_STORE_HELLO_MAX
+ * bytes (store_proto.h). */
+#define ST_STORE_PENDING_MAX 64
+
 /* Listens on `addr` ("host:port"; port 0 picks a free port; host "" or "0.0.0.0" = all). `secret`
  * may be "" (then any client with the right magic is accepted). Nothing runs until polled. */
 strata_status_t st_store_server_open(const char *addr, const char *secret,

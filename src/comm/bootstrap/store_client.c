@@ -394,6 +394,14 @@ strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
     st_buf_put_str(&st->out, secret, strlen(secret));
     st_buf_put_str(&st->out, host, strlen(host));
     ST_TRY_GOTO(end_request(st, start, "HELLO"), rc, fail);
+    if (st->out.len - start - 4 > ST_STORE_HELLO_MAX) {
+        // The store reads no more than this from a client it does not know yet.
+        rc = st_error(STRATA_ERR_INVALID_ARG,
+                      "the job secret is %zu bytes, too long for the store's HELLO (at most %u "
+                      "bytes with the host name): use a shorter STRATA_SECRET",
+                      strlen(secret), ST_STORE_HELLO_MAX);
+        goto fail;
+    }
     reply_t r;
     ST_TRY_GOTO(send_out(st, deadline, "HELLO"), rc, fail);
     rc = await_answer(st, id, deadline, timeout_ms, false, "the answer to HELLO", "the connection",

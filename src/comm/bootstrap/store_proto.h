@@ -44,6 +44,7 @@
 #define ST_STORE_MAGIC      0x31525453u /* "STR1" on the wire */
 #define ST_STORE_VERSION    1u
 #define ST_STORE_MAX_FRAME  (64u << 20) /* a frame's length field may not exceed this */
+#define ST_STORE_HELLO_MAX  4096u       /* nor this before HELLO: a stranger is read no further */
 #define ST_STORE_HELLO_MS   5000        /* a new connection must say HELLO within this */
 #define ST_STORE_HOST_MAX   256         /* "host:port" text, for buffers */
 #define ST_STORE_NOTICE_MAX 512         /* longest notice text kept */

@@ -8,12 +8,20 @@
  * dead). Misbehaving connections (bad magic, wrong secret, oversized or malformed frames, silence
  * before HELLO) are closed and logged at warn; the others do not notice.
  *
+ * Until it has said HELLO a connection may be anyone's, so it costs bounded resources: the kernel
+ * holds one that has sent nothing for a while (TCP_DEFER_ACCEPT), a client's HELLO is read as soon
+ * as it is accepted, at most ST_STORE_HELLO_MAX bytes are read before HELLO, at most
+ * ST_STORE_PENDING_MAX connections wait for theirs (a newcomer closes the one that waited longest:
+ * a real client sends HELLO with its connection, so strangers cannot lock it out), and each gets
+ * the hello timeout. After the first, such strangers are logged at debug level.
+ *
  * Handlers only queue output and mark clients "doomed"; flushing and closing happen at fixed points
  * of a poll round, so no handler ever frees a client that a caller up the stack still uses. The
  * wire format is in store_proto.h; the client is store_client.c. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -55,6 +63,9 @@ struct park {
     entry_t *keys[];
 };
 
+#define ACCEPT_BATCH   64 /* connections accepted per poll round */
+#define DEFER_ACCEPT_S 2  /* the kernel keeps a connection that sent nothing ~3 s (SYN-ACK retries) */
+
 #define ST_STORE_MAX_OUTPUT                                              \
     (4 * (size_t)ST_STORE_MAX_FRAME) /* per client, before it is dropped \
                                       */
@@ -89,6 +100,7 @@ struct st_store_server {
     size_t secret_len;
     int hello_timeout_ms;
     uint64_t accept_pause_until; /* out of descriptors: stop accepting until then */
+    unsigned long strangers;     /* connections closed before HELLO for misbehaving */
 
     client_t **clients;
     int nclients, capclients;
@@ -687,6 +699,12 @@ static void process_input(st_store_server_t *srv, client_t *c)
         uint8_t type;
         const uint8_t *body;
         size_t body_len, frame_bytes;
+        if (!c->hello_done && st_buf_avail(&c->in) >= 4 &&
+            st_le32_load(c->in.data + c->in.off) > ST_STORE_HELLO_MAX) {
+            doom(c, true, "announced a frame of %u bytes before HELLO (the limit is %u)",
+                 st_le32_load(c->in.data + c->in.off), ST_STORE_HELLO_MAX);
+            return;
+        }
         st_frame_state_t s = st_frame_next(&c->in, &type, &body, &body_len, &frame_bytes);
         if (s == ST_FRAME_PARTIAL)
             return;
@@ -702,12 +720,22 @@ static void process_input(st_store_server_t *srv, client_t *c)
 
 static void read_client(st_store_server_t *srv, client_t *c)
 {
-    if (!st_buf_reserve(&c->in, st_frame_missing(&c->in))) {
+    // Before HELLO a client may be anyone: it gets room for one HELLO and not a byte more.
+    size_t room = c->hello_done ? st_frame_missing(&c->in)
+                                : 4 + ST_STORE_HELLO_MAX - ST_MIN(st_buf_avail(&c->in),
+                                                                  4 + (size_t)ST_STORE_HELLO_MAX);
+    if (room == 0) {
+        doom(c, true, "sent more than a HELLO before HELLO was done");
+        return;
+    }
+    if (!st_buf_reserve(&c->in, room)) {
         doom(c, false, "ran out of memory for its input");
         return;
     }
+    if (c->hello_done)
+        room = c->in.cap - c->in.len;
     ssize_t n;
-    ST_RETRY_EINTR(n, recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT));
+    ST_RETRY_EINTR(n, recv(c->fd, c->in.data + c->in.len, room, MSG_DONTWAIT));
     if (n > 0) {
         c->in.len += (size_t)n;
         process_input(srv, c);
@@ -739,13 +767,17 @@ static void flush_client(client_t *c)
  * goodbye, tells everyone else it failed. The struct is freed later by compact_clients(). */
 static void drop_client(st_store_server_t *srv, client_t *c)
 {
-    // A rank's failure is announced, and logged once, by announce().
+    // A rank's failure is announced, and logged once, by announce(). A port scanner or a flood
+    // must not flood the log: the first stranger is news, the rest are not.
     bool failure = c->hello_done && c->rank >= 0 && !c->said_bye;
+    bool stranger = c->violation && !c->hello_done;
+    bool first = stranger && srv->strangers++ == 0;
     char who[128];
     describe(c, who, sizeof who);
-    ST_LOG(c->violation && !failure ? ST_LOG_WARN : ST_LOG_DEBUG, ST_SUB_STORE,
-           "closing %s%s%s: it %s", who, c->hello_done ? " from " : "",
-           c->hello_done ? c->peer : "", c->why);
+    ST_LOG(c->violation && !failure && (!stranger || first) ? ST_LOG_WARN : ST_LOG_DEBUG,
+           ST_SUB_STORE, "closing %s%s%s: it %s%s", who, c->hello_done ? " from " : "",
+           c->hello_done ? c->peer : "", c->why,
+           first ? " (further connections failing before HELLO are logged at debug level)" : "");
     while (c->parks)
         park_cancel(srv, c->parks);
     close(c->fd);
@@ -805,9 +837,37 @@ static void compact_clients(st_store_server_t *srv)
     srv->nclients = k;
 }
 
+/* True for a connection that has yet to say HELLO and is not on its way out. */
+static bool waits_for_hello(const client_t *c)
+{
+    return c->fd >= 0 && !c->hello_done && !c->refused && !c->doomed;
+}
+
+/* Closes the connection that has waited longest for its HELLO, to make room for a newcomer. It is
+ * closed at once: it has nothing to flush and nobody to tell. */
+static void evict_oldest(st_store_server_t *srv)
+{
+    client_t *oldest = NULL;
+    for (int i = 0; i < srv->nclients; i++) {
+        client_t *c = srv->clients[i];
+        if (waits_for_hello(c) && (!oldest || c->hello_deadline < oldest->hello_deadline))
+            oldest = c;
+    }
+    if (!oldest)
+        return;
+    doom(oldest, true, "was evicted: %d newer connections were waiting to say HELLO",
+         ST_STORE_PENDING_MAX);
+    drop_client(srv, oldest);
+}
+
+/* Accepts up to ACCEPT_BATCH connections and reads each one's HELLO at once (a client sends it
+ * with its connection), keeping at most ST_STORE_PENDING_MAX waiting for theirs. */
 static strata_status_t accept_clients(st_store_server_t *srv)
 {
-    for (;;) {
+    int pending = 0;
+    for (int i = 0; i < srv->nclients; i++)
+        pending += waits_for_hello(srv->clients[i]);
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
         struct sockaddr_storage sa;
         socklen_t salen = sizeof sa;
         int fd =
@@ -843,6 +903,10 @@ static strata_status_t accept_clients(st_store_server_t *srv)
             close(fd);
             continue;
         }
+        if (pending >= ST_STORE_PENDING_MAX) {
+            evict_oldest(srv);
+            pending--;
+        }
         c->fd = fd;
         c->rank = -1;
         c->hello_deadline = st_deadline_ms(srv->hello_timeout_ms);
@@ -860,7 +924,17 @@ static strata_status_t accept_clients(st_store_server_t *srv)
         snprintf(c->peer, sizeof c->peer, "%s:%d", ip, port);
         srv->clients[srv->nclients++] = c;
         atomic_fetch_add(&srv->n_clients, 1);
+        read_client(srv, c);
+        if (!c->hello_done) {
+            flush_client(c); // the answer to a refused HELLO
+            if (c->doomed) {
+                drop_client(srv, c); // now, not at the end of the round: a batch of garbage
+                continue;            // must not hold a batch of descriptors
+            }
+        }
+        pending += waits_for_hello(c);
     }
+    return STRATA_OK;
 }
 
 /* ---- the loop -------------------------------------------------------------------------------- */
@@ -986,6 +1060,11 @@ static strata_status_t open_listener(const char *addr, int *fd_out, int *port_ou
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+#ifdef TCP_DEFER_ACCEPT
+    // Best effort: silent connections then cost the kernel a little, not this process a descriptor.
+    int defer_s = DEFER_ACCEPT_S;
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s);
+#endif
     // SOMAXCONN: a whole job's ranks connect at once, and a full backlog means SYN retries (1 s+).
     if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
         int err = errno;

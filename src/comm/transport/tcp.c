@@ -2,17 +2,27 @@
  *
  * Each direction of a pair has its own connection, opened by the sender on its first send; the
  * receiver accepts it and learns who it is from a hello carrying the sender's rank and a hash of
- * the job secret (a connection with a bad hello is dropped). One direction per socket means no
- * connect races and no ordering handshake. Sockets are non-blocking; a message is a 16-byte header
- * (tag, size) followed by its bytes, streamed straight from the sender's buffer and, for plain
- * receives, straight into the receiver's buffer. A receive that reduces goes through a staging
- * buffer, reducing whole elements as they arrive, so large messages are pipelined either way.
+ * the job secret. One direction per socket means no connect races and no ordering handshake.
+ *
+ * Anyone on the network can connect to a rank's port, so a stranger must cost the rank bounded
+ * descriptors, memory and time, and never stall its progress loop. The listener defers accepting
+ * (TCP_DEFER_ACCEPT) until a connection has sent data, so the kernel, not the rank, holds silent
+ * ones for a while; an accepted connection's 16-byte hello is read without blocking, then and on
+ * later passes, with a deadline (STRATA_TCP_HELLO_MS). At most PENDING_MAX connections wait for
+ * their hello; a newcomer evicts the one that has waited longest (a peer sends its hello with the
+ * connection, so the longest silent is the likeliest stranger), so strangers cannot lock peers
+ * out. Bad hellos, silence and evictions close that socket and are logged; the job never notices.
+ *
+ * Sockets are non-blocking; a message is a 16-byte header (tag, size) followed by its bytes,
+ * streamed straight from the sender's buffer and, for plain receives, straight into the receiver's
+ * buffer. A receive that reduces goes through a staging buffer, reducing whole elements as they
+ * arrive, so large messages are pipelined either way.
  */
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +33,25 @@
 #include "base/base.h"
 #include "comm/transport/transport.h"
 
-#define HELLO_MAGIC 0x53545443u /* "STTC" */
-#define STAGE_BYTES (256u << 10)
+#define HELLO_MAGIC  0x53545443u /* "STTC" */
+#define STAGE_BYTES  (256u << 10)
+#define PENDING_MAX  32 /* accepted connections waiting for their hello */
+#define ACCEPT_BATCH 16 /* accepts per pass, so a flood cannot hold a rank in accept() */
+
+typedef struct hello {
+    uint32_t magic;
+    int32_t rank;
+    uint64_t secret_hash;
+} hello_t;
+
+/* An accepted connection whose hello has not arrived whole yet. */
+typedef struct pending {
+    int fd;
+    uint64_t since_ns;
+    size_t got;
+    hello_t hello;
+    char from[48]; /* "ip:port", for the log */
+} pending_t;
 
 struct st_transport {
     int listen_fd;
@@ -33,6 +60,10 @@ struct st_transport {
     unsigned tick;
     bool want_accept;
     int bufsize;
+    uint64_t hello_ns; /* how long an accepted connection may take to say hello */
+    pending_t pending[PENDING_MAX];
+    int npending;
+    unsigned long strangers; /* connections dropped; the first is logged at warn, the rest at debug */
 };
 
 typedef struct tcp_conn {
@@ -46,12 +77,6 @@ typedef struct tcp_conn {
     st_msg_t *rx_cur;
     char *stage;
 } tcp_conn_t;
-
-typedef struct hello {
-    uint32_t magic;
-    int32_t rank;
-    uint64_t secret_hash;
-} hello_t;
 
 static uint64_t hash_secret(const char *job, const char *secret)
 {
@@ -97,6 +122,7 @@ static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
     t->secret_hash = hash_secret(st_ep_job_id(ep), st_ep_secret(ep));
     t->bufsize = (int)st_knob_int("STRATA_TCP_BUF_BYTES", 0);
+    t->hello_ns = (uint64_t)ST_MAX(st_knob_int("STRATA_TCP_HELLO_MS", 2000), 1ll) * 1000000ull;
     // Listen on the interface that reaches the store unless told otherwise: on a cluster that is
     // the interface peers can reach too.
     struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -123,6 +149,11 @@ static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
         free(t);
         return st_error_errno(STRATA_ERR_SYSTEM, e, "tcp transport: cannot listen");
     }
+#ifdef TCP_DEFER_ACCEPT
+    // Best effort: without it, silent connections reach the pending list at once.
+    int defer_s = (int)((t->hello_ns + 999999999ull) / 1000000000ull);
+    setsockopt(t->listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s);
+#endif
     socklen_t len = sizeof sa;
     getsockname(t->listen_fd, (struct sockaddr *)&sa, &len);
     char ip[INET_ADDRSTRLEN];
@@ -135,6 +166,8 @@ static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
 static void tcp_close_tp(st_ep_t *ep, st_transport_t *t)
 {
     (void)ep;
+    for (int i = 0; i < t->npending; i++)
+        close(t->pending[i].fd);
     close(t->listen_fd);
     free(t);
 }
@@ -368,53 +401,138 @@ static strata_status_t tcp_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *p
     return push_sends(ep, t, peer, c, moved);
 }
 
-/* Accepts pending connections and reads their hellos. A bad hello closes only that socket. */
-static strata_status_t accept_all(st_ep_t *ep, st_transport_t *t, bool *moved)
+/* Closes pending connection i (the last one takes its place) and logs why. */
+ST_PRINTF(3, 4) static void drop_pending(st_transport_t *t, int i, const char *fmt, ...)
 {
-    for (;;) {
-        int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            return STRATA_OK;
-        hello_t h;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        ssize_t got = 0;
-        while (got < (ssize_t)sizeof h && poll(&p, 1, 2000) == 1) {
-            ssize_t r = recv(fd, (char *)&h + got, sizeof h - (size_t)got, 0);
-            if (r <= 0)
-                break;
-            got += r;
-        }
-        if (got != (ssize_t)sizeof h || h.magic != HELLO_MAGIC || h.rank < 0 ||
-            h.rank >= st_ep_size(ep) || h.secret_hash != t->secret_hash) {
-            ST_LOG_WARN(ST_SUB_NET, "dropped a tcp connection with a bad hello");
+    char why[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    // A port scanner or a flood must not flood the log: the first stranger is news, not the rest.
+    bool first = t->strangers++ == 0;
+    ST_LOG(first ? ST_LOG_WARN : ST_LOG_DEBUG, ST_SUB_NET,
+           "closed a connection to the tcp port from %s: %s%s", t->pending[i].from, why,
+           first ? " (further ones are logged at debug level)" : "");
+    close(t->pending[i].fd);
+    t->pending[i] = t->pending[--t->npending];
+}
+
+/* Hands a connection that said a valid hello to its peer as the receiving direction. */
+static strata_status_t adopt(st_ep_t *ep, st_transport_t *t, int fd, int rank)
+{
+    st_peer_t *peer = st_ep_peer(ep, rank);
+    if (!peer->conn) {
+        if (!(peer->conn = conn_new())) {
             close(fd);
-            continue;
+            return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory");
         }
-        st_peer_t *peer = st_ep_peer(ep, h.rank);
-        if (!peer->conn) {
-            if (!(peer->conn = conn_new())) {
-                close(fd);
-                return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory");
-            }
-            st_ep_adopt_peer(ep, peer, &st_tcp_ops);
-        }
-        tcp_conn_t *c = peer->conn;
-        if (c->rx_fd >= 0)
-            close(c->rx_fd);
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        tune_socket(t, fd);
-        c->rx_fd = fd;
-        *moved = true;
+        st_ep_adopt_peer(ep, peer, &st_tcp_ops);
     }
+    tcp_conn_t *c = peer->conn;
+    if (c->rx_fd >= 0)
+        close(c->rx_fd);
+    tune_socket(t, fd);
+    c->rx_fd = fd;
+    return STRATA_OK;
+}
+
+/* Reads what pending connection i has sent of its hello, without blocking; a complete hello is
+ * checked and adopted or dropped, and so is a connection that closes or errs. */
+static strata_status_t read_hello(st_ep_t *ep, st_transport_t *t, int i, bool *moved)
+{
+    pending_t *p = &t->pending[i];
+    ssize_t r;
+    ST_RETRY_EINTR(r, recv(p->fd, (char *)&p->hello + p->got, sizeof p->hello - p->got,
+                           MSG_DONTWAIT));
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return STRATA_OK;
+    if (r <= 0) {
+        drop_pending(t, i, "%s after %zu bytes of its hello", r == 0 ? "closed" : strerror(errno),
+                     p->got);
+        return STRATA_OK;
+    }
+    p->got += (size_t)r;
+    if (p->got < sizeof p->hello)
+        return STRATA_OK;
+    const hello_t *h = &p->hello;
+    if (h->magic != HELLO_MAGIC) {
+        drop_pending(t, i, "not a strata hello (magic %08x)", h->magic);
+    } else if (h->secret_hash != t->secret_hash) {
+        drop_pending(t, i, "wrong job or secret (claimed rank %d)", h->rank);
+    } else if (h->rank < 0 || h->rank >= st_ep_size(ep)) {
+        drop_pending(t, i, "rank %d is not in this job of %d", h->rank, st_ep_size(ep));
+    } else {
+        int fd = p->fd, rank = h->rank;
+        t->pending[i] = t->pending[--t->npending];
+        *moved = true;
+        return adopt(ep, t, fd, rank);
+    }
+    return STRATA_OK;
+}
+
+/* Reads the hellos that arrived (one poll() for all pending connections) and closes the
+ * connections that stayed silent past their deadline. */
+static strata_status_t serve_pending(st_ep_t *ep, st_transport_t *t, bool *moved)
+{
+    if (t->npending == 0)
+        return STRATA_OK;
+    struct pollfd fds[PENDING_MAX];
+    int n = t->npending;
+    for (int i = 0; i < n; i++)
+        fds[i] = (struct pollfd){.fd = t->pending[i].fd, .events = POLLIN};
+    int r;
+    ST_RETRY_EINTR(r, poll(fds, (nfds_t)n, 0));
+    uint64_t now = st_now_ns();
+    // Backwards, so a connection dropped or adopted (replaced by the last) is not visited twice.
+    for (int i = n - 1; i >= 0; i--) {
+        if (r > 0 && fds[i].revents)
+            ST_TRY(read_hello(ep, t, i, moved));
+        else if (now - t->pending[i].since_ns >= t->hello_ns)
+            drop_pending(t, i, "sent no hello within %llu ms",
+                         (unsigned long long)(t->hello_ns / 1000000));
+    }
+    return STRATA_OK;
+}
+
+/* Accepts up to ACCEPT_BATCH connections and reads their hellos at once (a peer's is usually
+ * there already). When PENDING_MAX connections wait, the one that waited longest is evicted. */
+static strata_status_t accept_some(st_ep_t *ep, st_transport_t *t, bool *moved)
+{
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
+        struct sockaddr_in sa;
+        socklen_t salen = sizeof sa;
+        int fd = accept4(t->listen_fd, (struct sockaddr *)&sa, &salen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return STRATA_OK; // nothing waiting; out of descriptors leaves it in the backlog
+        if (t->npending == PENDING_MAX) {
+            int oldest = 0;
+            for (int i = 1; i < t->npending; i++)
+                if (t->pending[i].since_ns < t->pending[oldest].since_ns)
+                    oldest = i;
+            drop_pending(t, oldest, "evicted: %d newer connections were waiting for their hello",
+                         PENDING_MAX);
+        }
+        pending_t *p = &t->pending[t->npending++];
+        *p = (pending_t){.fd = fd, .since_ns = st_now_ns()};
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+        snprintf(p->from, sizeof p->from, "%s:%d", ip, ntohs(sa.sin_port));
+        ST_TRY(read_hello(ep, t, t->npending - 1, moved));
+    }
+    return STRATA_OK;
 }
 
 static strata_status_t tcp_progress_global(st_ep_t *ep, st_transport_t *t, bool *moved)
 {
-    // accept() is a system call: try it when a receive waits for a connection, else now and then.
+    // accept() is a system call: try it when a receive waits for a connection, else now and then;
+    // pending hellos and their deadlines are looked at on the same occasions.
     if (st_ep_single_host(ep) || (!t->want_accept && (++t->tick & 255) != 0))
         return STRATA_OK;
     t->want_accept = false;
-    return accept_all(ep, t, moved);
+    ST_TRY(serve_pending(ep, t, moved));
+    return accept_some(ep, t, moved);
 }
 
 static int tcp_pollfds(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, struct pollfd *fds, int max)
@@ -434,9 +552,12 @@ static int tcp_pollfds_global(st_ep_t *ep, st_transport_t *t, struct pollfd *fds
 {
     if (st_ep_single_host(ep) || max < 1)
         return 0;
-    t->want_accept = true; // whatever wakes us, look at the listener next pass
-    fds[0] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
-    return 1;
+    t->want_accept = true; // whatever wakes us, look at the listener and the hellos next pass
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
+    for (int i = 0; i < t->npending && n < max; i++)
+        fds[n++] = (struct pollfd){.fd = t->pending[i].fd, .events = POLLIN};
+    return n;
 }
 
 static void tcp_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
