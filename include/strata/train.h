@@ -287,8 +287,10 @@ STRATA_API strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata
 STRATA_API strata_status_t strata_trainer_forward_backward(strata_trainer_t *t, int row_begin,
                                                            int rows, float *loss);
 
-/* Step phase 2 (optional): called by strata_trainer_step between backward and update. It may
- * average gradients and the loss across ranks. */
+/* Step phase 2 (optional): called by strata_trainer_step between backward and update with this
+ * process's loss. In one process it may average gradients and the loss across ranks (a data-parallel
+ * scheme of the caller's). In a distributed trainer it runs after this rank's backward, before the
+ * engine reduces the loss; the gradients are the engine's (a hook may observe or replace the loss). */
 typedef strata_status_t (*strata_grad_sync_fn)(void *ctx, strata_trainer_t *t, float *loss);
 STRATA_API void strata_trainer_set_sync(strata_trainer_t *t, strata_grad_sync_fn fn, void *ctx);
 

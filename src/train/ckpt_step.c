@@ -2,8 +2,8 @@
  * commits a step once all its shards are written and gives it an identity (run id, step, layout,
  * every shard's digest), assembly of the whole parameter arena from a committed step with every
  * shard checked against that identity, and pruning decided for the whole job. Reading and writing one
- * file is checkpoint.c; when to checkpoint and how ranks agree is the trainer's (checkpoint of
- * train/trainer_ckpt.c). */
+ * file is checkpoint.c; when to checkpoint and how the ranks agree is the trainer's
+ * (trainer_ckpt.c). */
 #include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>

@@ -317,6 +317,8 @@ static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
     int rows = c->batch / t->nranks;
     float loss = 0;
     ST_TRY(strata_trainer_forward_backward(t, t->rank * rows, rows, &loss));
+    if (t->sync)
+        ST_TRY(t->sync(t->sync_ctx, t, &loss));
     const strata_zero_shard_t *sh;
     int ns;
     ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));

@@ -176,6 +176,29 @@ static void test_data_split(void **state)
     rm_dir(tmpdir);
 }
 
+static void test_config_nonfinite(void **state)
+{
+    (void)state;
+    setup_paths();
+    char path[256];
+    snprintf(path, sizeof path, "%s/c.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"steps\": 3,\n \"nonfinite\": \"skip\"}\n", f);
+    fclose(f);
+    strata_train_config_t c = strata_train_config_default();
+    assert_int_equal(c.nonfinite, STRATA_NONFINITE_STOP);
+    assert_int_equal(strata_train_config_load(path, &c), STRATA_OK);
+    assert_int_equal(c.nonfinite, STRATA_NONFINITE_SKIP);
+    f = fopen(path, "w");
+    fputs("{\"steps\": 3,\n \"nonfinite\": \"ignore\"}\n", f);
+    fclose(f);
+    assert_int_equal(strata_train_config_load(path, &c), STRATA_ERR_PARSE);
+    char where[300];
+    snprintf(where, sizeof where, "%s:2:", path);
+    assert_true(has(strata_last_error(), where));
+    rm_dir(tmpdir);
+}
+
 /* ---- one file ------------------------------------------------------------------------------------ */
 
 static float wa[6] = {1, 2, 3, 4, 5, 6}, wb[3] = {-1, 0.5f, 7};
@@ -807,6 +830,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_data_split),
+        cmocka_unit_test(test_config_nonfinite),
         cmocka_unit_test(test_ckpt_roundtrip_and_corruption),
         cmocka_unit_test(test_ckpt_header_checked),
         cmocka_unit_test(test_ckpt_nonfinite),

@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
             "  --eval-every N     validation loss every N steps\n"
             "  --quiet            no progress bar\n"
+            "SIGTERM/SIGINT: finish the step, write a final checkpoint (--ckpt-dir), exit 0;\n"
+            "a second signal kills.\n"
             "data parallel (under strata launch -n N / torchrun / Slurm / mpirun, N > 1):\n"
             "  --zero 0..3        ZeRO stage [0]\n"
             "  --hpz LEVEL        ZeRO++ hpZ: secondary partition inside fabric level LEVEL (host,\n"
