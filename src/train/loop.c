@@ -31,7 +31,6 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     t->cfg = *cfg;
     t->nranks = 1;
-    t->last_ckpt = -1;
     st_trainer_new_run_id(t->run_id);
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
@@ -236,18 +235,18 @@ static strata_status_t nonfinite_step(strata_trainer_t *t, int64_t step, float l
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     flags[t->rank] = (isfinite(local_loss) ? 0 : 1) | (local_grads_bad ? 2 : 0);
     strata_status_t rc = st_trainer_all_sum(t, flags, N);
-    char lr[160], gr[160], where[512];
-    list_ranks(flags, N, 1, lr, sizeof lr);
-    list_ranks(flags, N, 2, gr, sizeof gr);
+    char lossr[160], gradr[160], where[512];
+    list_ranks(flags, N, 1, lossr, sizeof lossr);
+    list_ranks(flags, N, 2, gradr, sizeof gradr);
     free(flags);
     ST_TRY(rc);
     const char *on = N > 1 ? " on rank " : ""; // one process: no ranks to name
-    int w = snprintf(where, sizeof where, "%s%s%s", lr[0] ? "non-finite loss" : "",
-                     lr[0] ? on : "", N > 1 ? lr : "");
-    if (gr[0])
+    int w = snprintf(where, sizeof where, "%s%s%s", lossr[0] ? "non-finite loss" : "",
+                     lossr[0] ? on : "", N > 1 ? lossr : "");
+    if (gradr[0])
         snprintf(where + w, sizeof where - (size_t)w, "%snon-finite gradients%s%s",
-                 lr[0] ? "; " : "", on, N > 1 ? gr : "");
-    if (!lr[0] && !gr[0])
+                 lossr[0] ? "; " : "", on, N > 1 ? gradr : "");
+    if (!lossr[0] && !gradr[0])
         snprintf(where, sizeof where, "every rank's own loss and gradients finite: the reduction "
                  "overflowed");
     if (t->cfg.nonfinite == STRATA_NONFINITE_STOP)

@@ -23,7 +23,6 @@ struct strata_trainer {
     char run_id[17];
     const volatile sig_atomic_t *stop_flag;
     int stopped;           /* strata_trainer_stopped */
-    int64_t last_ckpt;     /* step of the last checkpoint this run wrote (-1 = none) */
     /* data parallel (strata_trainer_distribute): NULL zero = single process */
     strata_comm_t *comm;
     strata_zero_t *zero;

@@ -170,7 +170,6 @@ strata_status_t strata_trainer_checkpoint(strata_trainer_t *t)
         return r == 0 ? st_error(rc, "%s", msg)
                       : st_error(STRATA_ERR_IO, "train: checkpoint step %" PRId64 " not "
                                  "committed: rank 0 could not write its manifest", t->step);
-    t->last_ckpt = t->step;
     return STRATA_OK;
 }
 
