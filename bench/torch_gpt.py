@@ -98,11 +98,21 @@ def save_safetensors(path, tensors, config=""):
         off += len(b)
     data = b"".join(blobs)
     header["__metadata__"] = {"format": "strata", "crc32": "%08x" % (zlib.crc32(data) & 0xFFFFFFFF),
-                              "step": "0", "config": config}
+                              "step": "0", "config": config, "header_crc32": "00000000"}
+    with open(path, "wb") as f:
+        f.write(seal_header(header) + data)
+
+
+def seal_header(header):
+    """The 8 length bytes and the padded JSON header, with "header_crc32" set to the crc32 of both
+    computed while its own 8 digits read "00000000" (what strata checks before trusting metadata)."""
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + data)
+    blob = struct.pack("<Q", len(h)) + h
+    field = b'"header_crc32":"00000000"'
+    assert blob.count(field) == 1
+    crc = zlib.crc32(blob) & 0xFFFFFFFF
+    return blob.replace(field, b'"header_crc32":"%08x"' % crc)
 
 
 def load_safetensors(path):

@@ -17,6 +17,7 @@
 #include "strata/parallel.h"
 #include "strata/status.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,9 +53,11 @@ STRATA_API strata_status_t strata_data_batch(const strata_data_t *d, int split, 
 /* ---- checkpoints (safetensors) ------------------------------------------------------------------
  * One file: an 8-byte little-endian header length, a JSON header
  * {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
- *  "__metadata__": {"format": "strata", "step": "...", "crc32": "...", ...}} and the raw data. The
- * crc32 (zlib's) covers every data byte. Written atomically: a temporary file beside the target,
- * fsync, rename, fsync of the directory. Loadable by safetensors.torch.load_file. */
+ *  "__metadata__": {"format": "strata", "step": "...", "crc32": "...", "header_crc32": "...", ...}}
+ * and the raw data. "crc32" (zlib's) covers every data byte; "header_crc32" covers the 8 length
+ * bytes and the whole header (so every metadata field and, through "crc32", the data), computed as
+ * if its own 8 digits were '0'. Written atomically: a temporary file <path>.tmp.<pid>.<host> beside
+ * the target, fsync, rename, fsync of the directory. Loadable by safetensors.torch.load_file. */
 
 typedef struct strata_ckpt_tensor {
     const char *name;
@@ -64,27 +67,43 @@ typedef struct strata_ckpt_tensor {
 } strata_ckpt_tensor_t;
 
 typedef struct strata_ckpt_meta {
-    int64_t step;         /* optimizer steps done */
+    int64_t step;         /* optimizer steps done, 0 .. 2^53 */
     uint64_t seed;        /* data/init seed */
     int64_t data_pos;     /* data position (the next step's index for the stateless loader) */
     int rank, nranks;     /* shard of a ZeRO run (0, 1 when not sharded) */
     int64_t shard_offset; /* arena range of this shard's optimizer state (0, P when not sharded) */
     int64_t shard_count;
+    char run_id[17];      /* the training run (16 hex digits, kept across resumes; "" = none) */
     char config[4096];    /* the training configuration as JSON text ("" when none) */
 } strata_ckpt_meta_t;
 
-/* Writes n tensors and the metadata atomically to path. Errors: STRATA_ERR_IO naming the file. */
-STRATA_API strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
-                                             const strata_ckpt_meta_t *meta);
+/* What identifies one written file: its header checksum (which covers its data checksum) and size. */
+typedef struct strata_ckpt_digest {
+    uint32_t header_crc32;
+    uint64_t bytes;
+} strata_ckpt_digest_t;
 
-/* An open checkpoint: the whole file validated (header, sizes, crc32) and held in memory. */
+/* Writes n tensors and the metadata atomically to path; *digest (may be NULL) receives the file's
+ * identity. A tensor holding a NaN or an infinity is refused (STRATA_ERR_INVALID_ARG naming the
+ * tensor and element: a non-finite state is never checkpointed), so are metadata out of range.
+ * Errors: STRATA_ERR_IO naming the file and the system's reason (a full disk, a file size limit). */
+STRATA_API strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                             const strata_ckpt_meta_t *meta,
+                                             strata_ckpt_digest_t *digest);
+
+/* An open checkpoint: the whole file validated and held in memory. */
 typedef struct strata_ckpt strata_ckpt_t;
 
-/* Opens and validates. A truncated, corrupt or non-strata file is refused with STRATA_ERR_PARSE and a
- * message naming the file and what is wrong; a missing one with STRATA_ERR_IO. */
+/* Opens and validates: the header checksum (so an edited metadata field is refused), the data
+ * checksum, every metadata field's type and range (a step of -5 or "abc" is refused), every tensor's
+ * dtype, shape and extent (the extents tile the data section), and every value finite. A truncated,
+ * corrupt, edited or non-strata file, or one holding NaN/inf, is refused with STRATA_ERR_PARSE and a
+ * message naming the file (and the tensor); a missing one with STRATA_ERR_IO. */
 STRATA_API strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out);
 STRATA_API void strata_ckpt_close(strata_ckpt_t *ck);
 STRATA_API const strata_ckpt_meta_t *strata_ckpt_meta(const strata_ckpt_t *ck);
+/* The open file's identity (as strata_ckpt_write reported it). */
+STRATA_API strata_ckpt_digest_t strata_ckpt_digest(const strata_ckpt_t *ck);
 /* A tensor's data (valid until close), or NULL when absent; ndim/shape filled when not NULL. */
 STRATA_API const float *strata_ckpt_find(const strata_ckpt_t *ck, const char *name, int *ndim,
                                          int64_t shape[4]);
@@ -97,14 +116,46 @@ STRATA_API strata_status_t strata_ckpt_load(const strata_ckpt_t *ck, const strat
 STRATA_API int strata_ckpt_ntensors(const strata_ckpt_t *ck);
 STRATA_API const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i);
 
-/* ---- sharded checkpoints (ZeRO) ------------------------------------------------------------------
- * Under data parallelism every rank writes its own file dir/ckpt_<step>.rank<r>.safetensors holding,
+/* ---- checkpoint steps: shards and their manifest ----------------------------------------------------
+ * A checkpoint of step s in dir is one file per rank, dir/ckpt_<s 8 digits>.rank<r>.safetensors
+ * (dir/ckpt_<s>.safetensors when one process trains), and the step's manifest
+ * dir/ckpt_<s>.manifest.json, written last, once every shard is known written. A rank's shard holds,
  * for every parameter-arena range [off, off + n) it owns, the 1-D tensors "params@<off>",
- * "optim.m@<off>" and "optim.v@<off>" of n floats (metadata: rank, nranks, step, config). The ranks'
- * ranges partition the arena. A step is complete only when every one of its nranks files is valid and
- * their ranges cover the arena exactly once; resume and sample assemble the whole arena from them, so
- * a run may resume on a different rank count or ZeRO stage (resharding is a re-cut of the assembled
- * arena). An unsharded file (the single-process trainer's) assembles the same way. */
+ * "optim.m@<off>" and "optim.v@<off>" of n floats; the one-process file holds the parameters by name
+ * plus "optim.m" and "optim.v". The manifest is the step's identity: run id, step, rank count,
+ * parameter count, the training config, and every shard's digest (header checksum and size). A step
+ * exists only when its manifest does (a step interrupted by a crash or a full disk has none), and it
+ * is used only when every shard matches the manifest (digest, run id, step, rank, rank count), passes
+ * strata_ckpt_open, and the shards' ranges cover the arena exactly once; so a shard of another step,
+ * an older one, or one of another run is refused, naming the file. The manifest carries its own
+ * sealed checksum ("manifest_crc32"). Resume and sample assemble the whole arena from the shards, so
+ * a run may resume on a different rank count or ZeRO stage (a re-cut of the assembled arena). */
+
+typedef struct strata_ckpt_manifest {
+    int64_t step;
+    char run_id[17];
+    int nranks;
+    int64_t nparams;
+    uint64_t seed;
+    char config[4096];             /* the training config (JSON text); its "model" builds the model */
+    strata_ckpt_digest_t *shards;  /* nranks entries (malloc'd by manifest_read) */
+} strata_ckpt_manifest_t;
+
+/* Writes m as the manifest of step m->step in dir (atomically), making the step exist. */
+STRATA_API strata_status_t strata_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m);
+
+/* Removes the manifest of step `step` (before its shards are rewritten). Missing is fine. */
+STRATA_API strata_status_t strata_ckpt_uncommit(const char *dir, int64_t step);
+
+/* Reads and validates the manifest of `step` in dir (its checksum, every field's type and range, the
+ * shard file names). Errors: STRATA_ERR_IO when missing, STRATA_ERR_PARSE naming the file. */
+STRATA_API strata_status_t strata_ckpt_manifest_read(const char *dir, int64_t step,
+                                                     strata_ckpt_manifest_t *out);
+STRATA_API void strata_ckpt_manifest_free(strata_ckpt_manifest_t *m);
+
+/* The model configuration recorded in a manifest ("model" of its config). Errors: STRATA_ERR_PARSE. */
+STRATA_API strata_status_t strata_ckpt_manifest_model(const strata_ckpt_manifest_t *m,
+                                                      strata_gpt_config_t *out);
 
 typedef struct strata_ckpt_full {
     strata_ckpt_meta_t meta; /* rank 0's file (nranks = number of files) */
@@ -113,27 +164,47 @@ typedef struct strata_ckpt_full {
     float *m, *v;            /* optimizer state, arena-indexed; NULL unless asked for */
 } strata_ckpt_full_t;
 
-/* Assembles step `step` of dir for model m (its tensor table and arena size): the unsharded file
- * when present, else every rank's shard file, each validated (crc32) and checked (same step and
- * nranks, ranges inside the arena, no overlap, no gap). Errors: STRATA_ERR_IO for a missing file,
- * STRATA_ERR_PARSE for a corrupt/partial/inconsistent one; the message names the file. */
+/* Assembles step `step` of dir for model m: the manifest, then every shard it lists, each checked
+ * against it as above, and the model recorded in the manifest against m's. Errors: STRATA_ERR_IO for
+ * a missing file, STRATA_ERR_PARSE for a corrupt, partial, mixed, stale or foreign one, and
+ * STRATA_ERR_INVALID_ARG for another model; the message names the file and why. */
 STRATA_API strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
                                                 bool with_state, strata_ckpt_full_t *out);
 STRATA_API void strata_ckpt_full_free(strata_ckpt_full_t *f);
 
-/* Steps that have an unsharded file or a rank-0 shard file in dir, newest first, no duplicates
- * (at most max). Returns the count. */
+/* Steps of dir that have a manifest, newest first (at most max). Returns the count. */
 STRATA_API int strata_ckpt_steps(const char *dir, int64_t *steps, int max);
 
-/* The path of checkpoint `step` of `rank` in dir: dir/ckpt_<step 8 digits>.safetensors for rank 0 of
- * an unsharded run, dir/ckpt_<step>.rank<r>.safetensors otherwise. */
+/* Checkpoint files in dir of any kind (shards, manifests, temporaries), and the name of the newest
+ * one in first (may be NULL): what resume reports when no step can be used. */
+STRATA_API int strata_ckpt_count_files(const char *dir, char *first, size_t size);
+
+/* The path of the file of `rank` of step `step` in dir: dir/ckpt_<step 8 digits>.safetensors for an
+ * unsharded run (nranks 1), dir/ckpt_<step>.rank<r>.safetensors otherwise. */
 STRATA_API void strata_ckpt_path(const char *dir, int64_t step, int rank, int nranks, char *out,
                                  size_t size);
-/* Lists the steps that have a checkpoint file of this rank in dir, newest first (at most max).
- * Returns the count (0 when the directory is missing). */
+/* Lists the steps that have a checkpoint file of this rank in dir (committed or not), newest first
+ * (at most max). Returns the count (0 when the directory is missing). */
 STRATA_API int strata_ckpt_list(const char *dir, int rank, int nranks, int64_t *steps, int max);
 
+/* Pruning, decided once for the whole job right after step `newest` was committed: keeps `newest`
+ * and the keep - 1 newest other committed steps before it, and removes every file (manifest first,
+ * then every rank's shard) of every other step older than `newest`, committed or left over by an
+ * interrupted write. Steps newer than `newest` are left alone. Returns the files removed. */
+STRATA_API int strata_ckpt_prune(const char *dir, int64_t newest, int keep);
+
+/* Removes the temporary files (*.tmp.<pid>.<host>) of writers that are dead: this host, no such
+ * process. Those of other hosts or of live processes stay. Returns the files removed. */
+STRATA_API int strata_ckpt_clean_tmp(const char *dir);
+
 /* ---- the training loop ----------------------------------------------------------------------------- */
+
+/* What a step whose loss or gradient norm is NaN or infinite does. */
+typedef enum strata_nonfinite {
+    STRATA_NONFINITE_STOP = 0, /* the run fails with a report (step, loss, norm, ranks) */
+    STRATA_NONFINITE_SKIP = 1, /* the update is skipped (parameters and optimizer state untouched),
+                                  a warning names the step, and the run goes on with the next */
+} strata_nonfinite_t;
 
 typedef struct strata_train_config {
     strata_gpt_config_t model;
@@ -150,7 +221,8 @@ typedef struct strata_train_config {
     int threads;           /* BLAS threads; 0 = library default */
     char ckpt_dir[1024];   /* "" = no checkpoints */
     int64_t ckpt_every;    /* steps between checkpoints (0 = only at the end) */
-    int ckpt_keep;         /* newest checkpoints kept (2) */
+    int ckpt_keep;         /* newest committed checkpoint steps kept (2) */
+    strata_nonfinite_t nonfinite; /* a non-finite loss or gradient norm: stop (default) or skip */
     char metrics[1024];    /* JSON-lines file ("" = none) */
     char trace[1024];      /* Chrome trace of one step ("" = none) */
     int64_t trace_step;    /* which step to trace (default 2) */
@@ -172,9 +244,13 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
 /* Reads a JSON training config over *cfg: {"model": {...}, "data": "...", "batch": 8, "seq": 64,
  * "steps": 100, "seed": 1, "optimizer": "adamw"|"lamb", "lr": 1e-3, "min_lr": ..., "warmup": ...,
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
- * "ckpt_keep", "metrics", "trace", "trace_step", "eval_every", "eval_batches", "val_fraction"}.
+ * "ckpt_keep", "metrics", "trace", "trace_step", "eval_every", "eval_batches", "val_fraction",
+ * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
+
+/* "stop" or "skip". Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out);
 
 /* The config as JSON text (stored in checkpoint metadata). Returns length or -1 if too small. */
 STRATA_API int strata_train_config_to_json(const strata_train_config_t *cfg, char *buf,
@@ -211,39 +287,78 @@ STRATA_API strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata
 STRATA_API strata_status_t strata_trainer_forward_backward(strata_trainer_t *t, int row_begin,
                                                            int rows, float *loss);
 
-/* Step phase 2 (optional): called by strata_trainer_step between backward and update. It may
- * average gradients and the loss across ranks. */
+/* Step phase 2 (optional): called by strata_trainer_step between backward and update with this
+ * process's loss. In one process it may average gradients and the loss across ranks (a data-parallel
+ * scheme of the caller's). In a distributed trainer it runs after this rank's backward, before the
+ * engine reduces the loss; the gradients are the engine's (a hook may observe or replace the loss). */
 typedef strata_status_t (*strata_grad_sync_fn)(void *ctx, strata_trainer_t *t, float *loss);
 STRATA_API void strata_trainer_set_sync(strata_trainer_t *t, strata_grad_sync_fn fn, void *ctx);
 
 /* Step phase 3: global-norm clipping and the optimizer over the whole arena, then step += 1.
- * *grad_norm (may be NULL) receives the norm before clipping, *lr the rate used. */
+ * *grad_norm (may be NULL) receives the norm before clipping, *lr the rate used. A gradient norm that
+ * is not finite is refused (STRATA_ERR_INVALID_ARG) and nothing is updated. */
 STRATA_API strata_status_t strata_trainer_update(strata_trainer_t *t, float *grad_norm, float *lr);
 
 typedef struct strata_step_info {
     int64_t step;
     float loss, grad_norm, lr;
     double seconds, tokens_per_s;
+    bool skipped;       /* loss or norm not finite and cfg.nonfinite is skip: nothing was updated */
+    bool stop;          /* a stop was requested (strata_trainer_set_stop_flag) on some rank */
 } strata_step_info_t;
 
-/* One whole step (phases 1-3 on the full global batch). */
+/* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the
+ * engine). A loss or gradient norm that is not finite (the mean loss and the global norm, the same
+ * on every rank) stops the step before the update: with cfg.nonfinite stop it fails
+ * (STRATA_ERR_INVALID_ARG, the message naming the step, loss, norm and the ranks whose own loss or
+ * gradient shard is not finite; every rank fails alike), with skip it returns with info->skipped and
+ * the step counted. */
 STRATA_API strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *info);
 
-/* Runs to cfg.steps: progress bar, metrics, trace of cfg.trace_step, checkpoints every ckpt_every
- * and at the end. `losses` (may be NULL) receives the loss of each step run, indexed by step - 1. */
+/* Runs to cfg.steps: progress bar, metrics (a non-finite number is written as null, so every line is
+ * JSON), trace of cfg.trace_step, checkpoints (strata_trainer_checkpoint) every ckpt_every and at
+ * the end. When a stop is requested it finishes the current step, every rank stops after the same
+ * step (the request travels with the step's loss reduction, so no extra collective), writes a final
+ * checkpoint (when ckpt_dir is set) and returns STRATA_OK; strata_trainer_stopped says so.
+ * `losses` (may be NULL) receives the loss of each step run, indexed by step - 1. */
 STRATA_API strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses);
 
-/* Writes a checkpoint of the current state (parameters by name, optimizer m and v, metadata) to
- * path, atomically. */
-STRATA_API strata_status_t strata_trainer_save(strata_trainer_t *t, const char *path);
+/* Asks strata_trainer_run to stop: *flag is read once per step, non-zero means stop, and its value
+ * (a signal number) is reported. Setting it is async-signal-safe, so a SIGTERM/SIGINT handler may
+ * store the signal there. NULL clears. The flag must outlive the trainer's use of it. */
+STRATA_API void strata_trainer_set_stop_flag(strata_trainer_t *t,
+                                             const volatile sig_atomic_t *flag);
 
-/* Restores from one checkpoint file (parameters, optimizer state, step). Errors as strata_ckpt_open
- * plus a config mismatch (STRATA_ERR_INVALID_ARG). */
+/* After run: 0 when it ran to cfg.steps, the signal number (the flag's value) when this rank's flag
+ * stopped it, -1 when it stopped because another rank's flag was set. */
+STRATA_API int strata_trainer_stopped(const strata_trainer_t *t);
+
+/* The run's identity (16 hex digits): made at create (agreed by every rank at distribute) and
+ * taken from the checkpoint on resume, so every checkpoint of one run carries the same id. */
+STRATA_API const char *strata_trainer_run_id(const strata_trainer_t *t);
+
+/* Writes a checkpoint of the current step to cfg.ckpt_dir and commits it. Collective when
+ * distributed: every rank writes its shard (rank r of a single process: the one unsharded file),
+ * all ranks learn every shard's outcome and digest, then rank 0 writes the step's manifest, and
+ * after that prunes (strata_ckpt_prune: keeps cfg.ckpt_keep committed steps, never the newest one)
+ * and removes the temporaries of dead writers. A failure on any rank (a full disk, a non-finite
+ * value) fails every rank and leaves the step uncommitted; the message names the file on the rank
+ * that failed and the failing ranks on the others. */
+STRATA_API strata_status_t strata_trainer_checkpoint(strata_trainer_t *t);
+
+/* Restores from one unsharded checkpoint file (parameters, optimizer state, step, run id), outside
+ * the step/manifest machinery. Errors as strata_ckpt_open plus a shape mismatch. */
 STRATA_API strata_status_t strata_trainer_load(strata_trainer_t *t, const char *path);
 
-/* Resumes from the newest valid checkpoint in cfg.ckpt_dir: a corrupt or partial newest file is
- * reported (warning naming it and why) and the previous one is tried. *resumed_step receives the
- * step (0 when there was nothing to resume from, which is not an error). */
+/* Resumes from the newest usable committed step in cfg.ckpt_dir (collective when distributed: rank
+ * 0 proposes steps newest first, every rank assembles the proposal, a step is taken only when it
+ * assembled on every rank). A step refused for any reason is reported on stderr (a warning naming
+ * the file and why) and the previous one is tried, on any rank count or stage. Outcomes:
+ *   a step was usable             -> STRATA_OK, *resumed_step = that step, the run id adopted;
+ *   no checkpoint files at all    -> STRATA_OK, *resumed_step = 0 (a fresh start; the caller says so);
+ *   files but no usable step      -> STRATA_ERR_PARSE naming the newest step's problem, or the files
+ *                                    left without a committed step: never a silent fresh start.
+ * Temporaries of dead writers are removed first. */
 STRATA_API strata_status_t strata_trainer_resume(strata_trainer_t *t, int64_t *resumed_step);
 
 /* GEMM peak of this CPU, measured (GFLOP/s of a square sgemm at the current BLAS threads); used for

@@ -1,11 +1,13 @@
-/* safetensors checkpoints: written atomically (temporary file beside the target, fsync, rename,
- * fsync of the directory) with a crc32 of the data in __metadata__, and read back only after the
- * header, every tensor's extent and the checksum have been validated, so a partial or corrupt file
- * is refused with a message naming it. What goes into a checkpoint (which tensors, which shard) is
- * the caller's choice: the trainer, or a ZeRO engine writing one shard per rank. */
-#include <dirent.h>
+/* One safetensors checkpoint file: written atomically (temporary file beside the target, fsync,
+ * rename, fsync of the directory) with a crc32 of the data and a sealed crc32 of the header in
+ * __metadata__, and read back only after the header checksum, the data checksum, every metadata
+ * field's type and range, every tensor's extent and every value's finiteness have been checked, so
+ * a partial, corrupt, edited or poisoned file is refused with a message naming it. What goes into a
+ * file (which tensors, which shard) is the caller's; how the files of a step make one checkpoint
+ * (manifest, assembly, pruning) is ckpt_step.c. */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +18,9 @@
 
 #include "base/base.h"
 #include "strata/train.h"
+#include "train/ckpt_internal.h"
 
-/* ---- crc32 (zlib polynomial, reflected) --------------------------------------------------------- */
+/* ---- crc32 (zlib polynomial, reflected) and sealed fields ---------------------------------------- */
 
 static uint32_t crc_table[8][256];
 
@@ -36,8 +39,8 @@ static void crc_init(void)
             crc_table[s][i] = (crc_table[s - 1][i] >> 8) ^ crc_table[0][crc_table[s - 1][i] & 0xff];
 }
 
-/* Slicing-by-8; call with crc = 0 to start. */
-static uint32_t crc32_update(uint32_t crc, const void *buf, size_t n)
+/* Slicing-by-8. */
+uint32_t st_crc32(uint32_t crc, const void *buf, size_t n)
 {
     crc_init();
     const uint8_t *p = buf;
@@ -56,14 +59,55 @@ static uint32_t crc32_update(uint32_t crc, const void *buf, size_t n)
     return ~crc;
 }
 
-/* ---- writing ------------------------------------------------------------------------------------- */
-
-static size_t tensor_bytes(const strata_ckpt_tensor_t *t)
+bool st_ckpt_sealed_crc(const void *prefix, size_t np, const char *text, size_t n, const char *key,
+                        uint32_t *crc, size_t *at)
 {
-    size_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= (size_t)t->shape[d];
-    return n * sizeof(float);
+    char pat[64];
+    int pl = snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *hit = memmem(text, n, pat, (size_t)pl);
+    if (!hit || (size_t)(hit - text) + (size_t)pl + 8 > n ||
+        memmem(hit + 1, n - (size_t)(hit + 1 - text), pat, (size_t)pl))
+        return false;
+    *at = (size_t)(hit - text) + (size_t)pl;
+    uint32_t c = st_crc32(0, prefix, np);
+    c = st_crc32(c, text, *at);
+    c = st_crc32(c, "00000000", 8);
+    *crc = st_crc32(c, text + *at + 8, n - *at - 8);
+    return true;
+}
+
+void st_ckpt_put_crc(char *text, size_t at, uint32_t crc)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 8; i++)
+        text[at + (size_t)i] = hex[(crc >> (28 - 4 * i)) & 0xf];
+}
+
+bool st_ckpt_parse_crc(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return s[8] == 0 || s[8] == '"';
+}
+
+/* ---- the atomic write ---------------------------------------------------------------------------- */
+
+void st_ckpt_tmp_name(const char *path, char *out, size_t size)
+{
+    char host[256] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    for (char *h = host; *h; h++) // a host name is one path component
+        if (*h == '/')
+            *h = '_';
+    snprintf(out, size, "%s.tmp.%d.%s", path, (int)getpid(), host);
 }
 
 static strata_status_t write_all(int fd, const void *buf, size_t n, const char *path)
@@ -80,21 +124,127 @@ static strata_status_t write_all(int fd, const void *buf, size_t n, const char *
     return STRATA_OK;
 }
 
-strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
-                                  const strata_ckpt_meta_t *meta)
+strata_status_t st_ckpt_write_atomic(const char *path, const void *const *bufs, const size_t *lens,
+                                     int n)
 {
+    char tmp[4400];
+    st_ckpt_tmp_name(path, tmp, sizeof tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return st_error_errno(STRATA_ERR_IO, errno, "checkpoint: cannot create %s", tmp);
+    strata_status_t rc = STRATA_OK;
+    for (int i = 0; i < n; i++)
+        ST_TRY_GOTO(write_all(fd, bufs[i], lens[i], tmp), rc, fail);
+    if (fsync(fd) != 0) {
+        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: fsync %s", tmp);
+        goto fail;
+    }
+    int cr = close(fd);
+    fd = -1;
+    if (cr != 0) {
+        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: close %s", tmp);
+        goto fail;
+    }
+    if (rename(tmp, path) != 0) {
+        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: rename %s to %s", tmp, path);
+        goto fail;
+    }
+    // Make the rename itself durable.
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return STRATA_OK;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------------------------------- */
+
+static size_t tensor_count(const strata_ckpt_tensor_t *t)
+{
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Index of the first NaN or infinity in x[0..n), or n. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+static bool hex16(const char *s)
+{
+    for (int i = 0; i < 16; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[16] == 0;
+}
+
+/* The metadata a file may carry; `what` names the file in the message. */
+static strata_status_t check_meta(const strata_ckpt_meta_t *m, const char *what)
+{
+#define RANGE(cond, field, fmt, v)                                                                 \
+    if (!(cond))                                                                                   \
+    return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"" field "\" is " fmt          \
+                    ", outside its range", what, v)
+    RANGE(m->step >= 0 && m->step <= ST_CKPT_INT_MAX, "step", "%" PRId64, m->step);
+    RANGE(m->data_pos >= 0 && m->data_pos <= ST_CKPT_INT_MAX, "data_pos", "%" PRId64, m->data_pos);
+    RANGE(m->nranks >= 1 && m->nranks <= ST_CKPT_RANKS_MAX, "nranks", "%d", m->nranks);
+    RANGE(m->rank >= 0 && m->rank < m->nranks, "rank", "%d", m->rank);
+    RANGE(m->shard_offset >= 0 && m->shard_offset <= ST_CKPT_INT_MAX, "shard_offset", "%" PRId64,
+          m->shard_offset);
+    RANGE(m->shard_count >= 0 && m->shard_count <= ST_CKPT_INT_MAX, "shard_count", "%" PRId64,
+          m->shard_count);
+#undef RANGE
+    if (m->run_id[0] && !hex16(m->run_id))
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"run_id\" is \"%s\", "
+                        "expected 16 lowercase hex digits", what, m->run_id);
+    return STRATA_OK;
+}
+
+strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                  const strata_ckpt_meta_t *meta, strata_ckpt_digest_t *digest)
+{
+    if (check_meta(meta, path) < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s (not written)", strata_last_error());
+    for (int i = 0; i < n; i++) {
+        bool ok = t[i].ndim >= 1 && t[i].ndim <= 4 && t[i].name && t[i].data;
+        for (int d = 0; ok && d < t[i].ndim; d++)
+            ok = t[i].shape[d] >= 0 && t[i].shape[d] <= ST_CKPT_INT_MAX;
+        if (!ok)
+            return st_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: tensor %d is malformed", path,
+                            i);
+        size_t cnt = tensor_count(&t[i]), bad = first_nonfinite(t[i].data, cnt);
+        if (bad < cnt)
+            return st_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: tensor '%s' element %zu is "
+                            "%g: a non-finite state is never checkpointed (not written)", path,
+                            t[i].name, bad, (double)t[i].data[bad]);
+    }
     uint32_t crc = 0;
     size_t off = 0;
     json_object *root = json_object_new_object();
     if (!root)
         return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
     for (int i = 0; i < n; i++) {
-        if (t[i].ndim < 1 || t[i].ndim > 4 || !t[i].name || !t[i].data) {
-            json_object_put(root);
-            return st_error(STRATA_ERR_INVALID_ARG, "checkpoint: tensor %d is malformed", i);
-        }
-        size_t bytes = tensor_bytes(&t[i]);
-        crc = crc32_update(crc, t[i].data, bytes);
+        size_t bytes = tensor_count(&t[i]) * sizeof(float);
+        crc = st_crc32(crc, t[i].data, bytes);
         json_object *o = json_object_new_object(), *shape = json_object_new_array(),
                     *offs = json_object_new_array();
         for (int d = 0; d < t[i].ndim; d++)
@@ -122,7 +272,9 @@ strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *
     META_I("shard_offset", "%" PRId64, meta->shard_offset);
     META_I("shard_count", "%" PRId64, meta->shard_count);
 #undef META_I
+    json_object_object_add(md, "run_id", json_object_new_string(meta->run_id));
     json_object_object_add(md, "config", json_object_new_string(meta->config));
+    json_object_object_add(md, "header_crc32", json_object_new_string("00000000"));
     json_object_object_add(root, "__metadata__", md);
     const char *hdr = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
     size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
@@ -136,52 +288,33 @@ strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *
     memcpy(hbuf + 8, hdr, hlen);
     memset(hbuf + 8 + hlen, ' ', padded - hlen);
     json_object_put(root);
+    uint32_t hcrc;
+    size_t at;
+    if (!st_ckpt_sealed_crc(hbuf, 8, hbuf + 8, padded, "header_crc32", &hcrc, &at)) {
+        free(hbuf); // a tensor named "header_crc32" with a string value cannot exist: a bug
+        return st_error(STRATA_ERR_INTERNAL, "checkpoint %s: cannot seal the header", path);
+    }
+    st_ckpt_put_crc(hbuf + 8, at, hcrc);
 
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    strata_status_t rc = STRATA_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(hbuf);
-        return st_error_errno(STRATA_ERR_IO, errno, "checkpoint: cannot create %s", tmp);
+    const void **bufs = malloc(((size_t)n + 1) * sizeof *bufs);
+    size_t *lens = malloc(((size_t)n + 1) * sizeof *lens);
+    strata_status_t rc;
+    if (!bufs || !lens) {
+        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    } else {
+        bufs[0] = hbuf;
+        lens[0] = 8 + padded;
+        for (int i = 0; i < n; i++) {
+            bufs[i + 1] = t[i].data;
+            lens[i + 1] = tensor_count(&t[i]) * sizeof(float);
+        }
+        rc = st_ckpt_write_atomic(path, bufs, lens, n + 1);
     }
-    ST_TRY_GOTO(write_all(fd, hbuf, 8 + padded, tmp), rc, fail);
-    for (int i = 0; i < n; i++)
-        ST_TRY_GOTO(write_all(fd, t[i].data, tensor_bytes(&t[i]), tmp), rc, fail);
-    if (fsync(fd) != 0) {
-        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: fsync %s", tmp);
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: close %s", tmp);
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = st_error_errno(STRATA_ERR_IO, errno, "checkpoint: rename %s to %s", tmp, path);
-        goto fail;
-    }
-    // Make the rename itself durable.
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
+    free(bufs);
+    free(lens);
     free(hbuf);
-    return STRATA_OK;
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(hbuf);
+    if (rc == STRATA_OK && digest)
+        *digest = (strata_ckpt_digest_t){hcrc, 8 + padded + off};
     return rc;
 }
 
@@ -197,6 +330,7 @@ typedef struct ck_entry {
 struct strata_ckpt {
     char path[1024];
     strata_ckpt_meta_t meta;
+    strata_ckpt_digest_t digest;
     float *data; /* the data section, aligned */
     size_t data_bytes;
     ck_entry_t *e;
@@ -214,19 +348,180 @@ void strata_ckpt_close(strata_ckpt_t *ck)
     free(ck);
 }
 
-static bool meta_int(json_object *md, const char *key, int64_t *out)
+/* A metadata field (safetensors: every value a string). *s NULL when absent. */
+static strata_status_t meta_str(json_object *md, const char *key, const char *path, const char **s)
 {
     json_object *v;
-    if (!json_object_object_get_ex(md, key, &v) || !json_object_is_type(v, json_type_string))
-        return false;
+    *s = NULL;
+    if (!json_object_object_get_ex(md, key, &v))
+        return STRATA_OK;
+    if (!json_object_is_type(v, json_type_string))
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"%s\" is not a string",
+                        path, key);
+    *s = json_object_get_string(v);
+    return STRATA_OK;
+}
+
+/* An integer field in [lo, hi], written as decimal digits (a '-' allowed only when lo < 0). A
+ * missing optional one leaves *out. */
+static strata_status_t meta_int(json_object *md, const char *key, bool required, int64_t lo,
+                                int64_t hi, const char *path, int64_t *out)
+{
+    const char *s;
+    ST_TRY(meta_str(md, key, path, &s));
+    if (!s) {
+        if (required)
+            return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ has no \"%s\"", path,
+                            key);
+        return STRATA_OK;
+    }
     char *end;
-    const char *s = json_object_get_string(v);
     errno = 0;
     long long x = strtoll(s, &end, 10);
-    if (errno || end == s || *end)
+    bool digits = (s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9');
+    if (!digits || errno || *end || x < lo || x > hi)
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"%s\" is \"%.40s\", "
+                        "expected an integer in [%" PRId64 ", %" PRId64 "]", path, key, s, lo, hi);
+    *out = x;
+    return STRATA_OK;
+}
+
+/* Reads and checks the metadata into ck->meta. */
+static strata_status_t read_meta(json_object *md, strata_ckpt_t *ck)
+{
+    const char *path = ck->path, *s;
+    strata_ckpt_meta_t *m = &ck->meta;
+    ST_TRY(meta_str(md, "format", path, &s));
+    if (!s || strcmp(s, "strata") != 0)
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"format\" is not "
+                        "\"strata\" (not a strata checkpoint)", path);
+    int64_t v = 0, nranks = 1, rank = 0;
+    ST_TRY(meta_int(md, "step", true, 0, ST_CKPT_INT_MAX, path, &v));
+    m->step = v;
+    v = 0;
+    ST_TRY(meta_str(md, "seed", path, &s));
+    if (s) { // the one unsigned 64-bit field
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(s, &end, 10);
+        if (!(s[0] >= '0' && s[0] <= '9') || errno || *end)
+            return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"seed\" is \"%.40s\","
+                            " expected an unsigned integer", path, s);
+        m->seed = u;
+    }
+    ST_TRY(meta_int(md, "data_pos", false, 0, ST_CKPT_INT_MAX, path, &v));
+    m->data_pos = v;
+    ST_TRY(meta_int(md, "nranks", false, 1, ST_CKPT_RANKS_MAX, path, &nranks));
+    ST_TRY(meta_int(md, "rank", false, 0, nranks - 1, path, &rank));
+    m->nranks = (int)nranks;
+    m->rank = (int)rank;
+    v = 0;
+    ST_TRY(meta_int(md, "shard_offset", false, 0, ST_CKPT_INT_MAX, path, &v));
+    m->shard_offset = v;
+    v = 0;
+    ST_TRY(meta_int(md, "shard_count", false, 0, ST_CKPT_INT_MAX, path, &v));
+    m->shard_count = v;
+    ST_TRY(meta_str(md, "run_id", path, &s));
+    if (s && strlen(s) >= sizeof m->run_id)
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"run_id\" is too long",
+                        path);
+    snprintf(m->run_id, sizeof m->run_id, "%s", s ? s : "");
+    ST_TRY(meta_str(md, "config", path, &s));
+    if (s && strlen(s) >= sizeof m->config)
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"config\" is longer than "
+                        "%zu bytes", path, sizeof m->config - 1);
+    snprintf(m->config, sizeof m->config, "%s", s ? s : "");
+    return check_meta(m, path);
+}
+
+/* A JSON integer in [lo, hi]. */
+static bool json_int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!v || !json_object_is_type(v, json_type_int))
+        return false;
+    errno = 0;
+    int64_t x = json_object_get_int64(v);
+    if (errno || x < lo || x > hi)
         return false;
     *out = x;
     return true;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    size_t x = ((const ck_entry_t *)a)->begin, y = ((const ck_entry_t *)b)->begin;
+    return (x > y) - (x < y);
+}
+
+/* Reads every tensor entry of the header into ck->e, checking dtype, shape and extent. */
+static strata_status_t read_entries(json_object *root, strata_ckpt_t *ck)
+{
+    const char *path = ck->path;
+    int cap = json_object_object_length(root);
+    ck->e = calloc((size_t)cap + 1, sizeof *ck->e);
+    if (!ck->e)
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint %s: out of memory", path);
+    json_object_object_foreach(root, key, val)
+    {
+        if (!strcmp(key, "__metadata__"))
+            continue;
+        json_object *dt, *shape, *offs;
+        if (!json_object_is_type(val, json_type_object) ||
+            !json_object_object_get_ex(val, "dtype", &dt) ||
+            !json_object_object_get_ex(val, "shape", &shape) ||
+            !json_object_object_get_ex(val, "data_offsets", &offs) ||
+            !json_object_is_type(dt, json_type_string) ||
+            !json_object_is_type(shape, json_type_array) ||
+            !json_object_is_type(offs, json_type_array) || json_object_array_length(offs) != 2 ||
+            json_object_array_length(shape) > 4)
+            return st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a malformed entry",
+                            path, key);
+        if (strcmp(json_object_get_string(dt), "F32") != 0)
+            return st_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s: tensor '%s' is %s; only F32 "
+                            "is read", path, key, json_object_get_string(dt));
+        ck_entry_t *e = &ck->e[ck->n];
+        e->ndim = (int)json_object_array_length(shape);
+        size_t count = 1;
+        for (int d = 0; d < e->ndim; d++) {
+            if (!json_int_in(json_object_array_get_idx(shape, (size_t)d), 0, ST_CKPT_INT_MAX,
+                             &e->shape[d]) ||
+                (e->shape[d] > 0 && count > (size_t)ST_CKPT_INT_MAX / (size_t)e->shape[d]))
+                return st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a shape that "
+                                "is not a list of integers in [0, 2^53]", path, key);
+            count *= (size_t)e->shape[d];
+        }
+        int64_t b, en;
+        if (!json_int_in(json_object_array_get_idx(offs, 0), 0, ST_CKPT_INT_MAX, &b) ||
+            !json_int_in(json_object_array_get_idx(offs, 1), 0, ST_CKPT_INT_MAX, &en) || en < b ||
+            (size_t)en > ck->data_bytes || (size_t)(en - b) != count * 4 || b % 4 != 0)
+            return st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has data_offsets that "
+                            "do not fit its shape or the %zu data bytes (truncated?)", path, key,
+                            ck->data_bytes);
+        e->begin = (size_t)b;
+        e->end = (size_t)en;
+        e->name = strdup(key);
+        if (!e->name)
+            return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+        ck->n++;
+    }
+    // The extents tile the data section exactly (safetensors' rule): no gap, no overlap.
+    ck_entry_t *sorted = malloc(((size_t)ck->n + 1) * sizeof *sorted);
+    if (!sorted)
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    memcpy(sorted, ck->e, (size_t)ck->n * sizeof *sorted);
+    qsort(sorted, (size_t)ck->n, sizeof *sorted, cmp_begin);
+    size_t pos = 0;
+    const char *gap = NULL;
+    for (int i = 0; i < ck->n && !gap; i++) {
+        if (sorted[i].begin != pos)
+            gap = sorted[i].name;
+        pos = sorted[i].end;
+    }
+    free(sorted);
+    if (gap || pos != ck->data_bytes)
+        return st_error(STRATA_ERR_PARSE, "checkpoint %s: the tensors' data_offsets do not tile "
+                        "the %zu data bytes (at '%s')", path, ck->data_bytes, gap ? gap : "end");
+    return STRATA_OK;
 }
 
 strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
@@ -276,8 +571,25 @@ strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
         goto out;
     }
     hdr[hlen] = 0;
+    // The header's own checksum first: nothing it says is believed before.
+    uint32_t want, got;
+    size_t at;
+    if (!st_ckpt_sealed_crc(len8, 8, hdr, hlen, "header_crc32", &got, &at) ||
+        !st_ckpt_parse_crc(hdr + at, &want)) {
+        rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: no header_crc32 in __metadata__ (not a "
+                      "strata checkpoint, corrupt, or written by a strata whose header was not "
+                      "checksummed)", path);
+        goto out;
+    }
+    if (want != got) {
+        rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: header checksum mismatch (header_crc32 "
+                      "%08" PRIx32 " stored, %08" PRIx32 " computed): the header or its metadata "
+                      "was altered or is corrupt", path, want, got);
+        goto out;
+    }
+    ck->digest = (strata_ckpt_digest_t){want, size};
     root = json_tokener_parse(hdr);
-    json_object *md = NULL;
+    json_object *md = NULL, *crcv;
     if (!root || !json_object_is_type(root, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: corrupt header (not a JSON object)", path);
         goto out;
@@ -288,94 +600,31 @@ strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
                       path);
         goto out;
     }
-    json_object *crcv;
-    if (!json_object_object_get_ex(md, "crc32", &crcv)) {
-        rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: no crc32 in __metadata__", path);
+    if (!json_object_object_get_ex(md, "crc32", &crcv) ||
+        !json_object_is_type(crcv, json_type_string) ||
+        !st_ckpt_parse_crc(json_object_get_string(crcv), &want)) {
+        rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: no valid crc32 in __metadata__", path);
         goto out;
     }
-    uint32_t want = (uint32_t)strtoul(json_object_get_string(crcv), NULL, 16);
-    uint32_t got = crc32_update(0, ck->data, ck->data_bytes);
+    got = st_crc32(0, ck->data, ck->data_bytes);
     if (want != got) {
         rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: checksum mismatch (crc32 %08" PRIx32
                       " stored, %08" PRIx32 " computed over %zu data bytes): the file is corrupt "
                       "or partial", path, want, got, ck->data_bytes);
         goto out;
     }
-    strata_ckpt_meta_t *m = &ck->meta;
-    m->nranks = 1;
-    int64_t v;
-    if (meta_int(md, "step", &v))
-        m->step = v;
-    if (meta_int(md, "seed", &v))
-        m->seed = (uint64_t)v;
-    if (meta_int(md, "data_pos", &v))
-        m->data_pos = v;
-    if (meta_int(md, "rank", &v))
-        m->rank = (int)v;
-    if (meta_int(md, "nranks", &v))
-        m->nranks = (int)v;
-    if (meta_int(md, "shard_offset", &v))
-        m->shard_offset = v;
-    if (meta_int(md, "shard_count", &v))
-        m->shard_count = v;
-    json_object *cfg;
-    if (json_object_object_get_ex(md, "config", &cfg))
-        snprintf(m->config, sizeof m->config, "%s", json_object_get_string(cfg));
-    int cap = json_object_object_length(root);
-    ck->e = calloc((size_t)cap, sizeof *ck->e);
-    if (!ck->e) {
-        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint %s: out of memory", path);
-        goto out;
-    }
-    json_object_object_foreach(root, key, val)
-    {
-        if (!strcmp(key, "__metadata__"))
-            continue;
-        json_object *dt, *shape, *offs;
-        if (!json_object_object_get_ex(val, "dtype", &dt) ||
-            !json_object_object_get_ex(val, "shape", &shape) ||
-            !json_object_object_get_ex(val, "data_offsets", &offs) ||
-            !json_object_is_type(shape, json_type_array) ||
-            !json_object_is_type(offs, json_type_array) || json_object_array_length(offs) != 2 ||
-            json_object_array_length(shape) > 4) {
-            rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a malformed entry",
-                          path, key);
+    ST_TRY_GOTO(read_meta(md, ck), rc, out);
+    ST_TRY_GOTO(read_entries(root, ck), rc, out);
+    // A checksum proves the bytes are the ones written, not that they are numbers to train from.
+    for (int i = 0; i < ck->n; i++) {
+        const ck_entry_t *e = &ck->e[i];
+        size_t cnt = (e->end - e->begin) / 4, bad = first_nonfinite(ck->data + e->begin / 4, cnt);
+        if (bad < cnt) {
+            rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' element %zu is %g: a "
+                          "non-finite value is not loaded", path, e->name, bad,
+                          (double)ck->data[e->begin / 4 + bad]);
             goto out;
         }
-        if (strcmp(json_object_get_string(dt), "F32") != 0) {
-            rc = st_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s: tensor '%s' is %s; only F32 is "
-                          "read", path, key, json_object_get_string(dt));
-            goto out;
-        }
-        ck_entry_t *e = &ck->e[ck->n];
-        e->ndim = (int)json_object_array_length(shape);
-        size_t count = 1;
-        for (int d = 0; d < e->ndim; d++) {
-            e->shape[d] = json_object_get_int64(json_object_array_get_idx(shape, (size_t)d));
-            if (e->shape[d] < 0) {
-                rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a negative "
-                              "dimension", path, key);
-                goto out;
-            }
-            count *= (size_t)e->shape[d];
-        }
-        int64_t b = json_object_get_int64(json_object_array_get_idx(offs, 0));
-        int64_t en = json_object_get_int64(json_object_array_get_idx(offs, 1));
-        if (b < 0 || en < b || (size_t)en > ck->data_bytes || (size_t)(en - b) != count * 4 ||
-            b % 4 != 0) {
-            rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has data_offsets [%" PRId64
-                          ", %" PRId64 ") that do not fit its shape or the %zu data bytes "
-                          "(truncated?)", path, key, b, en, ck->data_bytes);
-            goto out;
-        }
-        e->begin = (size_t)b;
-        e->end = (size_t)en;
-        e->name = strdup(key);
-        if (!e->name) {
-            rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
-            goto out;
-        }
-        ck->n++;
     }
 out:
     fclose(f);
@@ -393,6 +642,11 @@ out:
 const strata_ckpt_meta_t *strata_ckpt_meta(const strata_ckpt_t *ck)
 {
     return &ck->meta;
+}
+
+strata_ckpt_digest_t strata_ckpt_digest(const strata_ckpt_t *ck)
+{
+    return ck->digest;
 }
 
 const float *strata_ckpt_find(const strata_ckpt_t *ck, const char *name, int *ndim,
@@ -426,57 +680,10 @@ strata_status_t strata_ckpt_load(const strata_ckpt_t *ck, const strata_ckpt_tens
                             ", %" PRId64 "] (%d dims), expected [%" PRId64 ", %" PRId64 "] (%d "
                             "dims)", ck->path, t[i].name, sh[0], sh[1], nd, t[i].shape[0],
                             t[i].ndim > 1 ? t[i].shape[1] : 0, t[i].ndim);
-        memcpy(t[i].data, src, tensor_bytes(&t[i]));
+        memcpy(t[i].data, src, tensor_count(&t[i]) * sizeof(float));
     }
     return STRATA_OK;
 }
-
-/* ---- files of a run ---------------------------------------------------------------------------- */
-
-void strata_ckpt_path(const char *dir, int64_t step, int rank, int nranks, char *out, size_t size)
-{
-    if (nranks <= 1)
-        snprintf(out, size, "%s/ckpt_%08" PRId64 ".safetensors", dir, step);
-    else
-        snprintf(out, size, "%s/ckpt_%08" PRId64 ".rank%d.safetensors", dir, step, rank);
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
-
-int strata_ckpt_list(const char *dir, int rank, int nranks, int64_t *steps, int max)
-{
-    int64_t found[4096];
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        long long s;
-        int r = 0, used = 0;
-        if (nranks <= 1) {
-            if (sscanf(de->d_name, "ckpt_%lld.safetensors%n", &s, &used) != 1 ||
-                de->d_name[used] != 0)
-                continue;
-        } else if (sscanf(de->d_name, "ckpt_%lld.rank%d.safetensors%n", &s, &r, &used) != 2 ||
-                   de->d_name[used] != 0 || r != rank) {
-            continue;
-        }
-        if (n < (int)(sizeof found / sizeof found[0]))
-            found[n++] = s;
-    }
-    closedir(d);
-    qsort(found, (size_t)n, sizeof found[0], cmp_desc);
-    for (int i = 0; i < n && i < max; i++)
-        steps[i] = found[i];
-    return n < max ? n : max;
-}
-
-/* ---- sharded checkpoints ------------------------------------------------------------------------- */
 
 int strata_ckpt_ntensors(const strata_ckpt_t *ck)
 {
@@ -486,152 +693,4 @@ int strata_ckpt_ntensors(const strata_ckpt_t *ck)
 const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i)
 {
     return ck && i >= 0 && i < ck->n ? ck->e[i].name : NULL;
-}
-
-int strata_ckpt_steps(const char *dir, int64_t *steps, int max)
-{
-    int64_t a[4096], b[4096];
-    int na = strata_ckpt_list(dir, 0, 1, a, 4096), nb = strata_ckpt_list(dir, 0, 2, b, 4096);
-    int i = 0, j = 0, n = 0;
-    while ((i < na || j < nb) && n < max) { // merge two descending lists, dropping duplicates
-        int64_t x = i < na && (j >= nb || a[i] >= b[j]) ? a[i] : b[j];
-        if (i < na && a[i] == x)
-            i++;
-        if (j < nb && b[j] == x)
-            j++;
-        steps[n++] = x;
-    }
-    return n;
-}
-
-void strata_ckpt_full_free(strata_ckpt_full_t *f)
-{
-    if (!f)
-        return;
-    free(f->params);
-    free(f->m);
-    free(f->v);
-    f->params = f->m = f->v = NULL;
-}
-
-static strata_status_t assemble_unsharded(const strata_gpt_t *m, strata_ckpt_t *ck, bool with_state,
-                                          strata_ckpt_full_t *out)
-{
-    int nt = strata_model_ntensors(m);
-    for (int i = 0; i < nt; i++) {
-        const strata_tensor_info_t *ti = strata_model_tensor(m, i);
-        strata_ckpt_tensor_t ct = {ti->name, ti->ndim, {ti->shape[0], ti->shape[1]},
-                                   out->params + ti->offset};
-        ST_TRY(strata_ckpt_load(ck, &ct, 1));
-    }
-    if (with_state) {
-        strata_ckpt_tensor_t st[2] = {{"optim.m", 1, {(int64_t)out->nparams}, out->m},
-                                      {"optim.v", 1, {(int64_t)out->nparams}, out->v}};
-        ST_TRY(strata_ckpt_load(ck, st, 2));
-    }
-    return STRATA_OK;
-}
-
-/* Copies one shard file's ranges into the arena-indexed arrays, marking coverage. */
-static strata_status_t assemble_shard(strata_ckpt_t *ck, bool with_state, strata_ckpt_full_t *out,
-                                      unsigned char *seen)
-{
-    size_t P = out->nparams;
-    for (int i = 0; i < ck->n; i++) {
-        const char *name = ck->e[i].name;
-        unsigned long long off;
-        int used = 0;
-        if (sscanf(name, "params@%llu%n", &off, &used) != 1 || name[used])
-            continue;
-        size_t cnt = (ck->e[i].end - ck->e[i].begin) / 4;
-        if (ck->e[i].ndim != 1 || off > P || cnt > P - off)
-            return st_error(STRATA_ERR_PARSE, "checkpoint %s: range '%s' of %zu floats outside "
-                            "the model's %zu parameters", ck->path, name, cnt, P);
-        for (size_t k = off; k < off + cnt; k++) {
-            if (seen[k])
-                return st_error(STRATA_ERR_PARSE, "checkpoint %s: range '%s' overlaps another "
-                                "shard", ck->path, name);
-            seen[k] = 1;
-        }
-        memcpy(out->params + off, ck->data + ck->e[i].begin / 4, cnt * sizeof(float));
-        if (with_state) {
-            char nm[64];
-            float *dst[2] = {out->m, out->v};
-            const char *pre[2] = {"optim.m", "optim.v"};
-            for (int k = 0; k < 2; k++) {
-                snprintf(nm, sizeof nm, "%s@%llu", pre[k], off);
-                strata_ckpt_tensor_t ct = {nm, 1, {(int64_t)cnt}, dst[k] + off};
-                ST_TRY(strata_ckpt_load(ck, &ct, 1));
-            }
-        }
-    }
-    return STRATA_OK;
-}
-
-strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
-                                     bool with_state, strata_ckpt_full_t *out)
-{
-    memset(out, 0, sizeof *out);
-    size_t P = strata_model_nparams(m);
-    out->nparams = P;
-    out->params = malloc(P * sizeof(float));
-    if (with_state) {
-        out->m = malloc(P * sizeof(float));
-        out->v = malloc(P * sizeof(float));
-    }
-    unsigned char *seen = calloc(P, 1);
-    strata_status_t rc = STRATA_OK;
-    strata_ckpt_t *ck = NULL;
-    char path[2048];
-    if (!out->params || !seen || (with_state && (!out->m || !out->v))) {
-        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory assembling step %" PRId64,
-                      step);
-        goto out;
-    }
-    strata_ckpt_path(dir, step, 0, 1, path, sizeof path);
-    if (access(path, F_OK) == 0) {
-        ST_TRY_GOTO(strata_ckpt_open(path, &ck), rc, out);
-        out->meta = ck->meta;
-        ST_TRY_GOTO(assemble_unsharded(m, ck, with_state, out), rc, out);
-        goto out;
-    }
-    int nranks = 0;
-    for (int r = 0; r == 0 || r < nranks; r++) {
-        strata_ckpt_path(dir, step, r, 2, path, sizeof path);
-        if (access(path, F_OK) != 0) {
-            rc = st_error(STRATA_ERR_IO, "checkpoint step %" PRId64 " in %s is incomplete: %s is "
-                          "missing", step, dir, path);
-            goto out;
-        }
-        ST_TRY_GOTO(strata_ckpt_open(path, &ck), rc, out);
-        if (r == 0) {
-            out->meta = ck->meta;
-            nranks = ck->meta.nranks;
-            if (nranks < 1) {
-                rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: nranks %d", path, nranks);
-                goto out;
-            }
-        } else if (ck->meta.nranks != nranks || ck->meta.step != step || ck->meta.rank != r) {
-            rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: metadata (rank %d of %d, step %" PRId64
-                          ") does not match rank 0's (%d ranks, step %" PRId64 ")", path,
-                          ck->meta.rank, ck->meta.nranks, ck->meta.step, nranks, step);
-            goto out;
-        }
-        ST_TRY_GOTO(assemble_shard(ck, with_state, out, seen), rc, out);
-        strata_ckpt_close(ck);
-        ck = NULL;
-    }
-    for (size_t k = 0; k < P; k++)
-        if (!seen[k]) {
-            rc = st_error(STRATA_ERR_PARSE, "checkpoint step %" PRId64 " in %s: the %d shard "
-                          "files leave parameter %zu uncovered (written by a different model?)",
-                          step, dir, nranks, k);
-            goto out;
-        }
-out:
-    strata_ckpt_close(ck);
-    free(seen);
-    if (rc < 0)
-        strata_ckpt_full_free(out);
-    return rc;
 }

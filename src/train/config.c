@@ -41,7 +41,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
-        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", NULL};
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -105,6 +105,13 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "qwz", 0, false, &c->qwz), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "qgz", 0, false, &c->qgz), rc, out);
     s[0] = 0;
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "nonfinite", 0, false, s, sizeof s), rc, out);
+    if (s[0] && strata_nonfinite_parse(s, &c->nonfinite) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"nonfinite\" must be \"stop\" or \"skip\", got "
+                      "\"%s\"", path, st_json_key_line(&doc, "nonfinite", 0), s);
+        goto out;
+    }
+    s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "optimizer", 0, false, s, sizeof s), rc, out);
     if (!strcmp(s, "adamw"))
         c->optim.kind = STRATA_OPTIM_ADAMW;
@@ -118,6 +125,17 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
 out:
     st_json_free(&doc);
     return rc;
+}
+
+strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out)
+{
+    if (!strcmp(text, "stop"))
+        *out = STRATA_NONFINITE_STOP;
+    else if (!strcmp(text, "skip"))
+        *out = STRATA_NONFINITE_SKIP;
+    else
+        return st_error(STRATA_ERR_INVALID_ARG, "nonfinite: expected stop or skip, got '%s'", text);
+    return STRATA_OK;
 }
 
 int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_t size)

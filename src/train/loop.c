@@ -1,42 +1,22 @@
-/* The single-process training loop: batch -> forward/backward -> (sync hook) -> clip + optimizer,
- * with a progress bar (step, loss, tokens/s, MFU against the measured GEMM peak, ETA), JSON-lines
- * metrics, a Chrome trace of one chosen step, periodic atomic checkpoints with pruning, and resume
- * from the newest valid checkpoint. Nothing is allocated inside a step. A data-parallel engine uses
- * the three phases separately (train.h). */
+/* The training loop: batch -> forward/backward -> (sync hook) -> clip + optimizer, in one process or
+ * data parallel through a ZeRO engine, with a progress bar (step, loss, tokens/s, MFU against the
+ * measured GEMM peak, ETA), JSON-lines metrics, a Chrome trace of one chosen step, the non-finite
+ * guard (a NaN/inf loss or gradient norm stops the run or skips the update, decided alike on every
+ * rank), the stop request (a signal: finish the step, agree on it, checkpoint, return) and periodic
+ * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "model/layers.h"
 #include "strata/trace.h"
-#include "strata/train.h"
-
-struct strata_trainer {
-    strata_train_config_t cfg;
-    strata_gpt_t *model;
-    strata_data_t *data;
-    float *m, *v;
-    double *wsq, *usq;
-    int32_t *tokens, *targets;
-    int64_t step;
-    strata_grad_sync_fn sync;
-    void *sync_ctx;
-    FILE *metrics;
-    double peak_gflops;
-    /* data parallel (strata_trainer_distribute): NULL zero = single process */
-    strata_comm_t *comm;
-    strata_zero_t *zero;
-    strata_zero_config_t zcfg;
-    strata_zero_segment_t *segs;
-    strata_zero_shard_t *ranges;
-    int nranges, rank, nranks;
-    size_t state_count; /* elements of m and v */
-};
+#include "train/trainer.h"
 
 strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_trainer_t **out)
 {
@@ -51,6 +31,7 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     t->cfg = *cfg;
     t->nranks = 1;
+    st_trainer_new_run_id(t->run_id);
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
     ST_TRY_GOTO(strata_gpt_config_validate(&t->cfg.model), rc, fail);
@@ -118,6 +99,39 @@ int64_t strata_trainer_step_count(const strata_trainer_t *t)
     return t->step;
 }
 
+void strata_trainer_set_stop_flag(strata_trainer_t *t, const volatile sig_atomic_t *flag)
+{
+    t->stop_flag = flag;
+}
+
+int strata_trainer_stopped(const strata_trainer_t *t)
+{
+    return t->stopped;
+}
+
+const char *strata_trainer_run_id(const strata_trainer_t *t)
+{
+    return t->run_id;
+}
+
+void st_trainer_new_run_id(char out[17])
+{
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) // no entropy yet: time and pid
+        x = st_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32;
+    snprintf(out, 17, "%016" PRIx64, x);
+}
+
+strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n)
+{
+    return t->zero ? strata_zero_allreduce_f64(t->zero, v, n) : STRATA_OK;
+}
+
+static bool stop_requested(const strata_trainer_t *t)
+{
+    return t->stop_flag && *t->stop_flag != 0;
+}
+
 void strata_trainer_set_sync(strata_trainer_t *t, strata_grad_sync_fn fn, void *ctx)
 {
     t->sync = fn;
@@ -168,6 +182,12 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->v = calloc(t->state_count + 1, sizeof(float));
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
+    // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
+    uint64_t id = strtoull(t->run_id, NULL, 16);
+    double halves[2] = {r == 0 ? (double)(id >> 32) : 0, r == 0 ? (double)(id & 0xffffffffu) : 0};
+    ST_TRY(strata_zero_allreduce_f64(t->zero, halves, 2));
+    snprintf(t->run_id, sizeof t->run_id, "%08" PRIx32 "%08" PRIx32, (uint32_t)halves[0],
+             (uint32_t)halves[1]);
     if (r != 0) { // rank 0 alone reports
         t->cfg.progress = false;
         if (t->metrics)
@@ -177,24 +197,77 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     return STRATA_OK;
 }
 
-/* One data-parallel step: this rank's rows, then the engine's step with the optimizer on the shards. */
-static strata_status_t dist_step(strata_trainer_t *t, float *loss_out, float *norm_out,
-                                 float *lr_out)
+/* ---- the non-finite guard ------------------------------------------------------------------------ */
+
+static bool all_finite(const float *x, size_t n)
+{
+    bool ok = true;
+    for (size_t i = 0; i < n; i++)
+        ok &= isfinite(x[i]) != 0;
+    return ok;
+}
+
+/* Appends ", r" for every rank whose flags have `bit`, at most 16. */
+static void list_ranks(const double *flags, int n, int bit, char *out, size_t size)
+{
+    int shown = 0, total = 0;
+    out[0] = 0;
+    for (int r = 0; r < n; r++) {
+        if (!((int)flags[r] & bit))
+            continue;
+        if (shown++ < 16)
+            snprintf(out + strlen(out), size - strlen(out), "%s%d", total ? ", " : "", r);
+        total++;
+    }
+    if (total > 16)
+        snprintf(out + strlen(out), size - strlen(out), " and %d more", total - 16);
+}
+
+/* A step whose loss or gradient norm is not finite (the same values on every rank): finds out which
+ * ranks' own loss (flag 1) or gradient shard (flag 2) is not finite (collective), then fails with the
+ * report (policy stop) or warns and returns OK (skip; rank 0 prints). */
+static strata_status_t nonfinite_step(strata_trainer_t *t, int64_t step, float local_loss,
+                                      bool local_grads_bad, float loss, float norm)
+{
+    int N = t->nranks;
+    double *flags = calloc((size_t)N, sizeof *flags);
+    if (!flags)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    flags[t->rank] = (isfinite(local_loss) ? 0 : 1) | (local_grads_bad ? 2 : 0);
+    strata_status_t rc = st_trainer_all_sum(t, flags, N);
+    char lossr[160], gradr[160], where[512];
+    list_ranks(flags, N, 1, lossr, sizeof lossr);
+    list_ranks(flags, N, 2, gradr, sizeof gradr);
+    free(flags);
+    ST_TRY(rc);
+    const char *on = N > 1 ? " on rank " : ""; // one process: no ranks to name
+    int w = snprintf(where, sizeof where, "%s%s%s", lossr[0] ? "non-finite loss" : "",
+                     lossr[0] ? on : "", N > 1 ? lossr : "");
+    if (gradr[0])
+        snprintf(where + w, sizeof where - (size_t)w, "%snon-finite gradients%s%s",
+                 lossr[0] ? "; " : "", on, N > 1 ? gradr : "");
+    if (!lossr[0] && !gradr[0])
+        snprintf(where, sizeof where, "every rank's own loss and gradients finite: the reduction "
+                 "overflowed");
+    if (t->cfg.nonfinite == STRATA_NONFINITE_STOP)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: step %" PRId64 ": loss %g, grad norm %g: "
+                        "not finite (%s); stopped before the update, nothing of this step was "
+                        "applied or checkpointed (--nonfinite skip skips such steps)", step,
+                        (double)loss, (double)norm, where);
+    if (t->rank == 0)
+        fprintf(stderr, "strata train: warning: step %" PRId64 ": loss %g, grad norm %g: not "
+                "finite (%s); skipping its update (--nonfinite skip)\n", step, (double)loss,
+                (double)norm, where);
+    return STRATA_OK;
+}
+
+/* ---- steps --------------------------------------------------------------------------------------- */
+
+/* The optimizer on this rank's shards (or the whole arena) for `step`, gradients scaled by `scale`. */
+static strata_status_t optimizer(strata_trainer_t *t, const strata_zero_shard_t *sh, int ns,
+                                 int64_t step, float scale, float lr)
 {
     const strata_train_config_t *c = &t->cfg;
-    int rows = c->batch / t->nranks;
-    float loss = 0;
-    ST_TRY(strata_trainer_forward_backward(t, t->rank * rows, rows, &loss));
-    const strata_zero_shard_t *sh;
-    int ns;
-    ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
-    double lsum = loss, norm = 0;
-    ST_TRY(strata_zero_allreduce_f64(t->zero, &lsum, 1));
-    ST_TRY(strata_zero_grad_norm(t->zero, &norm));
-    float scale = strata_clip_scale(norm * norm, c->grad_clip);
-    int64_t step = t->step + 1;
-    strata_lr_schedule_t sched = {c->lr, c->min_lr, c->warmup, c->steps};
-    float lr = strata_lr_at(&sched, step);
     strata_status_t rc = STRATA_OK;
     strata_trace_begin("compute", "optimizer");
     if (c->optim.kind == STRATA_OPTIM_LAMB) {
@@ -204,7 +277,7 @@ static strata_status_t dist_step(strata_trainer_t *t, float *loss_out, float *no
             rc = strata_lamb_partial(t->model, &c->optim, sh[i].params, sh[i].grads,
                                      t->m + sh[i].state_offset, t->v + sh[i].state_offset,
                                      sh[i].offset, sh[i].count, step, scale, t->wsq, t->usq);
-        if (rc == STRATA_OK && t->zcfg.stage > 0) // stage 0: every rank holds the whole arena
+        if (rc == STRATA_OK && t->zero && t->zcfg.stage > 0) // stage 0: every rank holds all
             rc = strata_zero_allreduce_f64(t->zero, t->wsq, 2 * nt);
         for (int i = 0; i < ns && rc == STRATA_OK; i++)
             rc = strata_lamb_apply(t->model, &c->optim, sh[i].params, t->m + sh[i].state_offset,
@@ -217,12 +290,57 @@ static strata_status_t dist_step(strata_trainer_t *t, float *loss_out, float *no
                                      sh[i].offset, sh[i].count, lr, step, scale);
     }
     strata_trace_end("compute", "optimizer");
-    ST_TRY(rc);
+    return rc;
+}
+
+static float lr_at(const strata_trainer_t *t, int64_t step)
+{
+    const strata_train_config_t *c = &t->cfg;
+    strata_lr_schedule_t sched = {c->lr, c->min_lr, c->warmup, c->steps};
+    return strata_lr_at(&sched, step);
+}
+
+/* The whole arena as one shard: the single-process update. */
+static strata_zero_shard_t whole_arena(strata_trainer_t *t)
+{
+    size_t P = strata_model_nparams(t->model);
+    return (strata_zero_shard_t){0, P, 0, strata_model_param_arena(t->model),
+                                 strata_model_grad_arena(t->model)};
+}
+
+/* One data-parallel step: this rank's rows, then the engine's step with the optimizer on the shards.
+ * The stop request rides on the loss reduction, so every rank sees the same answer. */
+static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
+{
+    const strata_train_config_t *c = &t->cfg;
+    int rows = c->batch / t->nranks;
+    float loss = 0;
+    ST_TRY(strata_trainer_forward_backward(t, t->rank * rows, rows, &loss));
+    if (t->sync)
+        ST_TRY(t->sync(t->sync_ctx, t, &loss));
+    const strata_zero_shard_t *sh;
+    int ns;
+    ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
+    double red[2] = {loss, stop_requested(t) ? 1 : 0}, norm = 0;
+    ST_TRY(strata_zero_allreduce_f64(t->zero, red, 2));
+    ST_TRY(strata_zero_grad_norm(t->zero, &norm));
+    int64_t step = t->step + 1;
+    float lr = lr_at(t, step);
+    info->loss = (float)(red[0] / t->nranks);
+    info->grad_norm = (float)norm;
+    info->lr = lr;
+    info->stop = red[1] > 0;
+    info->skipped = !isfinite(info->loss) || !isfinite(norm);
+    if (info->skipped) {
+        bool bad = false;
+        for (int i = 0; i < ns; i++)
+            bad |= !all_finite(sh[i].grads, sh[i].count);
+        ST_TRY(nonfinite_step(t, step, loss, bad, info->loss, info->grad_norm));
+    } else {
+        ST_TRY(optimizer(t, sh, ns, step, strata_clip_scale(norm * norm, c->grad_clip), lr));
+    }
     ST_TRY(strata_zero_step_end(t->zero));
     t->step = step;
-    *loss_out = (float)(lsum / t->nranks);
-    *norm_out = (float)norm;
-    *lr_out = lr;
     return STRATA_OK;
 }
 
@@ -242,274 +360,68 @@ strata_status_t strata_trainer_forward_backward(strata_trainer_t *t, int row_beg
     return strata_model_backward(t->model);
 }
 
-strata_status_t strata_trainer_update(strata_trainer_t *t, float *grad_norm, float *lr_out)
+/* The single-process update for a gradient sum of squares ss already known finite. */
+static strata_status_t local_update(strata_trainer_t *t, double ss, float *lr_out)
 {
-    const strata_train_config_t *c = &t->cfg;
     if (t->zero)
         return st_error(STRATA_ERR_INVALID_ARG, "train: a distributed trainer updates through its "
                         "engine (strata_trainer_step)");
-    strata_trace_begin("compute", "optimizer");
-    size_t P = strata_model_nparams(t->model);
-    float *params = strata_model_param_arena(t->model);
-    const float *grads = strata_model_grad_arena(t->model);
-    double ss = strata_sumsq(grads, P);
-    float scale = strata_clip_scale(ss, c->grad_clip);
     int64_t step = t->step + 1;
-    strata_lr_schedule_t sched = {c->lr, c->min_lr, c->warmup, c->steps};
-    float lr = strata_lr_at(&sched, step);
-    strata_status_t rc;
-    if (c->optim.kind == STRATA_OPTIM_LAMB) {
-        size_t nt = (size_t)strata_model_ntensors(t->model);
-        memset(t->wsq, 0, nt * sizeof(double));
-        memset(t->usq, 0, nt * sizeof(double));
-        rc = strata_lamb_partial(t->model, &c->optim, params, grads, t->m, t->v, 0, P, step, scale,
-                                 t->wsq, t->usq);
-        if (rc == STRATA_OK)
-            rc = strata_lamb_apply(t->model, &c->optim, params, t->m, t->v, 0, P, lr, step, t->wsq,
-                                   t->usq);
-    } else {
-        rc = strata_adamw_update(t->model, &c->optim, params, grads, t->m, t->v, 0, P, lr, step,
-                                 scale);
-    }
-    strata_trace_end("compute", "optimizer");
-    ST_TRY(rc);
+    float lr = lr_at(t, step);
+    strata_zero_shard_t all = whole_arena(t);
+    ST_TRY(optimizer(t, &all, 1, step, strata_clip_scale(ss, t->cfg.grad_clip), lr));
     t->step = step;
-    if (grad_norm)
-        *grad_norm = (float)sqrt(ss);
     if (lr_out)
         *lr_out = lr;
     return STRATA_OK;
 }
 
+strata_status_t strata_trainer_update(strata_trainer_t *t, float *grad_norm, float *lr_out)
+{
+    double ss = strata_sumsq(strata_model_grad_arena(t->model), strata_model_nparams(t->model));
+    if (grad_norm)
+        *grad_norm = (float)sqrt(ss);
+    if (!isfinite(ss))
+        return st_error(STRATA_ERR_INVALID_ARG, "train: step %" PRId64 ": the gradient norm is "
+                        "not finite; nothing updated", t->step + 1);
+    return local_update(t, ss, lr_out);
+}
+
 strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *info)
 {
     uint64_t t0 = st_now_ns();
-    float loss = 0, norm = 0, lr = 0;
+    strata_step_info_t s = {0};
     if (t->zero) {
-        ST_TRY(dist_step(t, &loss, &norm, &lr));
-        goto done;
-    }
-    ST_TRY(strata_trainer_forward_backward(t, 0, t->cfg.batch, &loss));
-    if (t->sync) {
-        strata_trace_begin("comm", "grad_sync");
-        strata_status_t rc = t->sync(t->sync_ctx, t, &loss);
-        strata_trace_end("comm", "grad_sync");
-        ST_TRY(rc);
-    }
-    ST_TRY(strata_trainer_update(t, &norm, &lr));
-done:
-    if (info) {
-        info->step = t->step;
-        info->loss = loss;
-        info->grad_norm = norm;
-        info->lr = lr;
-        info->seconds = (double)(st_now_ns() - t0) * 1e-9;
-        info->tokens_per_s = (double)t->cfg.batch * t->cfg.seq / info->seconds;
-    }
-    return STRATA_OK;
-}
-
-/* ---- checkpoints ----------------------------------------------------------------------------------- */
-
-static strata_status_t make_tensors(strata_trainer_t *t, strata_ckpt_tensor_t *ts, int *n)
-{
-    int nt = strata_model_ntensors(t->model);
-    float *P = strata_model_param_arena(t->model);
-    for (int i = 0; i < nt; i++) {
-        const strata_tensor_info_t *ti = strata_model_tensor(t->model, i);
-        ts[i] = (strata_ckpt_tensor_t){ti->name, ti->ndim, {ti->shape[0], ti->shape[1]},
-                                       P + ti->offset};
-    }
-    int64_t np = (int64_t)strata_model_nparams(t->model);
-    ts[nt] = (strata_ckpt_tensor_t){"optim.m", 1, {np}, t->m};
-    ts[nt + 1] = (strata_ckpt_tensor_t){"optim.v", 1, {np}, t->v};
-    *n = nt + 2;
-    return STRATA_OK;
-}
-
-/* This rank's shard file: every range it owns as params@off, optim.m@off, optim.v@off. At stage 0
- * (every rank holds everything) rank r writes the r-th of N equal cuts of the arena. */
-static strata_status_t save_shard(strata_trainer_t *t, const char *path)
-{
-    ST_TRY(strata_zero_sync(t->zero)); // stages 1-2: the arena's all-gathers have landed
-    strata_zero_shard_t cut, *rg = t->ranges;
-    int nr = t->nranges;
-    if (t->zcfg.stage == 0) {
-        size_t P = strata_model_nparams(t->model), N = (size_t)t->nranks, r = (size_t)t->rank;
-        size_t b = P * r / N, e = P * (r + 1) / N;
-        cut = (strata_zero_shard_t){b, e - b, b, strata_model_param_arena(t->model) + b, NULL};
-        rg = &cut;
-        nr = e > b;
-    }
-    strata_ckpt_tensor_t *ts = calloc(3 * (size_t)nr + 1, sizeof *ts);
-    char(*names)[48] = calloc(3 * (size_t)nr + 1, sizeof *names);
-    if (!ts || !names) {
-        free(ts);
-        free(names);
-        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
-    }
-    int64_t total = 0;
-    for (int i = 0; i < nr; i++) {
-        float *src[3] = {rg[i].params, t->m + rg[i].state_offset, t->v + rg[i].state_offset};
-        const char *pre[3] = {"params", "optim.m", "optim.v"};
-        for (int k = 0; k < 3; k++) {
-            snprintf(names[3 * i + k], sizeof names[0], "%s@%zu", pre[k], rg[i].offset);
-            ts[3 * i + k] = (strata_ckpt_tensor_t){names[3 * i + k], 1, {(int64_t)rg[i].count},
-                                                   src[k]};
+        ST_TRY(dist_step(t, &s));
+    } else {
+        float loss = 0;
+        ST_TRY(strata_trainer_forward_backward(t, 0, t->cfg.batch, &loss));
+        if (t->sync) {
+            strata_trace_begin("comm", "grad_sync");
+            strata_status_t rc = t->sync(t->sync_ctx, t, &loss);
+            strata_trace_end("comm", "grad_sync");
+            ST_TRY(rc);
         }
-        total += (int64_t)rg[i].count;
-    }
-    strata_ckpt_meta_t meta = {.step = t->step, .seed = t->cfg.seed, .data_pos = t->step + 1,
-                               .rank = t->rank, .nranks = t->nranks,
-                               .shard_offset = nr ? (int64_t)rg[0].offset : 0,
-                               .shard_count = total};
-    strata_train_config_to_json(&t->cfg, meta.config, sizeof meta.config);
-    strata_trace_begin("io", "checkpoint");
-    strata_status_t rc = strata_ckpt_write(path, ts, 3 * nr, &meta);
-    strata_trace_end("io", "checkpoint");
-    free(ts);
-    free(names);
-    return rc;
-}
-
-/* Distributed resume: rank 0 proposes its steps newest first; every rank assembles the proposal
- * from all shard files; a step is taken only when it assembled on every rank. */
-static strata_status_t resume_dist(strata_trainer_t *t, int64_t *resumed_step)
-{
-    int64_t steps[256];
-    int n = t->rank == 0 ? strata_ckpt_steps(t->cfg.ckpt_dir, steps, 256) : 0;
-    char first_err[1024] = "";
-    for (int i = 0;; i++) {
-        double cand = t->rank == 0 ? (i < n ? (double)steps[i] : -1.0) : 0.0;
-        ST_TRY(strata_zero_allreduce_f64(t->zero, &cand, 1));
-        if (cand < 0)
-            break;
-        strata_ckpt_full_t full;
-        strata_status_t rc = strata_ckpt_assemble(t->model, t->cfg.ckpt_dir, (int64_t)cand, true,
-                                                  &full);
-        double bad[2] = {rc < 0, rc < 0 && t->rank == 0};
-        char msg[1024] = "";
-        if (rc < 0)
-            snprintf(msg, sizeof msg, "%s", strata_last_error());
-        ST_TRY(strata_zero_allreduce_f64(t->zero, bad, 2));
-        if (bad[0] == 0) {
-            memcpy(strata_model_param_arena(t->model), full.params,
-                   full.nparams * sizeof(float));
-            for (int k = 0; k < t->nranges; k++) {
-                const strata_zero_shard_t *g = &t->ranges[k];
-                if (t->zcfg.stage == 3) // the engine's own shard
-                    memcpy(g->params, full.params + g->offset, g->count * sizeof(float));
-                memcpy(t->m + g->state_offset, full.m + g->offset, g->count * sizeof(float));
-                memcpy(t->v + g->state_offset, full.v + g->offset, g->count * sizeof(float));
-            }
-            t->step = full.meta.step;
-            *resumed_step = t->step;
-            strata_ckpt_full_free(&full);
-            if (i > 0 && t->rank == 0)
-                ST_LOG_WARN(ST_SUB_TRAIN, "resumed from step %" PRId64 ", an older checkpoint",
-                            t->step);
-            return STRATA_OK;
+        const float *g = strata_model_grad_arena(t->model);
+        size_t P = strata_model_nparams(t->model);
+        double ss = strata_sumsq(g, P);
+        s.loss = loss;
+        s.grad_norm = (float)sqrt(ss);
+        s.stop = stop_requested(t);
+        s.skipped = !isfinite(loss) || !isfinite(ss);
+        if (s.skipped) {
+            ST_TRY(nonfinite_step(t, t->step + 1, loss, !all_finite(g, P), loss, s.grad_norm));
+            s.lr = lr_at(t, ++t->step);
+        } else {
+            ST_TRY(local_update(t, ss, &s.lr));
         }
-        if (!first_err[0])
-            snprintf(first_err, sizeof first_err, "%s",
-                     msg[0] ? msg : "unreadable on another rank");
-        // One message per bad step: rank 0's own, else from the ranks that failed.
-        if (rc < 0 && (t->rank == 0 || bad[1] == 0))
-            fprintf(stderr, "strata: warning: %s; refusing step %" PRId64 "%s\n", msg,
-                    (int64_t)cand, " and falling back to the previous checkpoint");
     }
-    if (n > 0 || first_err[0])
-        return st_error(STRATA_ERR_PARSE, "train: no complete checkpoint in %s (newest: %s)",
-                        t->cfg.ckpt_dir, first_err[0] ? first_err : "see rank 0");
+    s.step = t->step;
+    s.seconds = (double)(st_now_ns() - t0) * 1e-9;
+    s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
+    if (info)
+        *info = s;
     return STRATA_OK;
-}
-
-strata_status_t strata_trainer_save(strata_trainer_t *t, const char *path)
-{
-    if (t->zero)
-        return save_shard(t, path);
-    int nt = strata_model_ntensors(t->model) + 2, n;
-    strata_ckpt_tensor_t *ts = calloc((size_t)nt, sizeof *ts);
-    if (!ts)
-        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
-    make_tensors(t, ts, &n);
-    strata_ckpt_meta_t meta = {.step = t->step, .seed = t->cfg.seed, .data_pos = t->step + 1,
-                               .rank = 0, .nranks = 1, .shard_offset = 0,
-                               .shard_count = (int64_t)strata_model_nparams(t->model)};
-    strata_train_config_to_json(&t->cfg, meta.config, sizeof meta.config);
-    strata_trace_begin("io", "checkpoint");
-    strata_status_t rc = strata_ckpt_write(path, ts, n, &meta);
-    strata_trace_end("io", "checkpoint");
-    free(ts);
-    return rc;
-}
-
-strata_status_t strata_trainer_load(strata_trainer_t *t, const char *path)
-{
-    strata_ckpt_t *ck;
-    ST_TRY(strata_ckpt_open(path, &ck));
-    int nt = strata_model_ntensors(t->model) + 2, n;
-    strata_ckpt_tensor_t *ts = calloc((size_t)nt, sizeof *ts);
-    float *pcopy = malloc(strata_model_nparams(t->model) * sizeof(float));
-    strata_status_t rc = STRATA_OK;
-    if (!ts || !pcopy) {
-        rc = st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
-        goto out;
-    }
-    // Load into the live arrays only after every tensor checked out: keep a copy to roll back.
-    memcpy(pcopy, strata_model_param_arena(t->model), strata_model_nparams(t->model) * 4);
-    make_tensors(t, ts, &n);
-    rc = strata_ckpt_load(ck, ts, n);
-    if (rc < 0) {
-        memcpy(strata_model_param_arena(t->model), pcopy, strata_model_nparams(t->model) * 4);
-        goto out;
-    }
-    t->step = strata_ckpt_meta(ck)->step;
-out:
-    free(ts);
-    free(pcopy);
-    strata_ckpt_close(ck);
-    return rc;
-}
-
-strata_status_t strata_trainer_resume(strata_trainer_t *t, int64_t *resumed_step)
-{
-    *resumed_step = 0;
-    if (!t->cfg.ckpt_dir[0])
-        return STRATA_OK;
-    if (t->zero)
-        return resume_dist(t, resumed_step);
-    int64_t steps[64];
-    int n = strata_ckpt_list(t->cfg.ckpt_dir, 0, 1, steps, 64);
-    char path[2048], first_err[1024] = "";
-    for (int i = 0; i < n; i++) {
-        strata_ckpt_path(t->cfg.ckpt_dir, steps[i], 0, 1, path, sizeof path);
-        if (strata_trainer_load(t, path) == STRATA_OK) {
-            *resumed_step = t->step;
-            if (i > 0)
-                ST_LOG_WARN(ST_SUB_TRAIN, "resumed from %s, an older checkpoint", path);
-            return STRATA_OK;
-        }
-        if (!first_err[0])
-            snprintf(first_err, sizeof first_err, "%s", strata_last_error());
-        fprintf(stderr, "strata: warning: %s; refusing it%s\n", strata_last_error(),
-                i + 1 < n ? " and falling back to the previous checkpoint" : "");
-    }
-    if (n > 0)
-        return st_error(STRATA_ERR_PARSE, "train: no valid checkpoint in %s (newest: %s)",
-                        t->cfg.ckpt_dir, first_err);
-    return STRATA_OK;
-}
-
-static void prune(strata_trainer_t *t)
-{
-    int64_t steps[4096];
-    int n = strata_ckpt_list(t->cfg.ckpt_dir, t->rank, t->nranks, steps, 4096);
-    char path[2048];
-    for (int i = t->cfg.ckpt_keep; i < n; i++) {
-        strata_ckpt_path(t->cfg.ckpt_dir, steps[i], t->rank, t->nranks, path, sizeof path);
-        unlink(path);
-    }
 }
 
 /* ---- peak, progress, metrics --------------------------------------------------------------------- */
@@ -576,6 +488,34 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
     fflush(stderr);
 }
 
+/* ,"key":value with value in printf's %.*f (g false) or %.*g form, or null: JSON has no NaN. */
+static void put_num(FILE *f, const char *key, double v, int prec, bool g)
+{
+    if (!isfinite(v))
+        fprintf(f, ",\"%s\":null", key);
+    else if (g)
+        fprintf(f, ",\"%s\":%.*g", key, prec, v);
+    else
+        fprintf(f, ",\"%s\":%.*f", key, prec, v);
+}
+
+static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, double val)
+{
+    fprintf(f, "{\"step\":%" PRId64, s->step);
+    put_num(f, "loss", s->loss, 6, false);
+    put_num(f, "lr", s->lr, 6, true);
+    put_num(f, "grad_norm", s->grad_norm, 6, true);
+    put_num(f, "tokens_per_s", s->tokens_per_s, 1, false);
+    put_num(f, "mfu", mfu, 5, false);
+    put_num(f, "step_s", s->seconds, 6, false);
+    if (!isnan(val))
+        put_num(f, "val_loss", val, 6, false);
+    if (s->skipped)
+        fputs(",\"skipped\":true", f);
+    fputs("}\n", f);
+    fflush(f);
+}
+
 strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
 {
     const strata_train_config_t *c = &t->cfg;
@@ -618,28 +558,17 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
             val = eval_loss(t);
         if (c->progress)
             progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"step\":%" PRId64 ",\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":"
-                    "%.6g,\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"step_s\":%.6f", s.step,
-                    (double)s.loss, (double)s.lr, (double)s.grad_norm, s.tokens_per_s, mfu,
-                    s.seconds);
-            if (!isnan(val))
-                fprintf(t->metrics, ",\"val_loss\":%.6f", val);
-            fputs("}\n", t->metrics);
-            fflush(t->metrics);
-        }
-        if (!c->progress && !isnan(val))
+        if (t->metrics)
+            write_metrics(t->metrics, &s, mfu, val);
+        if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
+        bool stop = s.stop && t->step < c->steps;
         if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
-                               t->step == c->steps)) {
-            char path[2048];
-            strata_ckpt_path(c->ckpt_dir, t->step, t->rank, t->nranks, path, sizeof path);
-            ST_TRY(strata_trainer_save(t, path));
-            if (t->zero) { // every shard of this step written before any older one goes
-                double one = 1;
-                ST_TRY(strata_zero_allreduce_f64(t->zero, &one, 1));
-            }
-            prune(t);
+                               t->step == c->steps || stop))
+            ST_TRY(strata_trainer_checkpoint(t));
+        if (stop) {
+            t->stopped = stop_requested(t) ? (int)*t->stop_flag : -1;
+            break;
         }
     }
     if (t->zero) // the last step's parameter all-gathers: the arena is consistent on return

@@ -1,7 +1,9 @@
 /* strata train: training from flags or a JSON config (flags override the file). Under a launcher
  * (strata launch, torchrun, Slurm, mpirun) with more than one rank it trains data parallel with the
- * ZeRO engine; otherwise in this one process. */
+ * ZeRO engine; otherwise in this one process. SIGTERM and SIGINT ask the trainer to stop after the
+ * current step with a final checkpoint (exit status 0); a second one kills the process. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +23,14 @@ static void usage(FILE *f)
             "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
             "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
             "  --ckpt-dir DIR --ckpt-every N --keep N --resume   checkpoints (safetensors)\n"
+            "  --nonfinite stop|skip   a NaN/inf loss or gradient norm stops the run or skips\n"
+            "                     the step's update [stop]\n"
             "  --metrics FILE     JSON lines, one per step\n"
             "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
             "  --eval-every N     validation loss every N steps\n"
             "  --quiet            no progress bar\n"
+            "SIGTERM/SIGINT: finish the step, write a final checkpoint (--ckpt-dir), exit 0;\n"
+            "a second signal kills.\n"
             "data parallel (under strata launch -n N / torchrun / Slurm / mpirun, N > 1):\n"
             "  --zero 0..3        ZeRO stage [0]\n"
             "  --hpz LEVEL        ZeRO++ hpZ: secondary partition inside fabric level LEVEL (host,\n"
@@ -32,6 +38,28 @@ static void usage(FILE *f)
             "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
             "  --bucket N         floats per gradient bucket [engine default]\n");
+}
+
+/* The signal that asked to stop (0 = none); the trainer reads it once per step. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* SIGTERM/SIGINT: stop after this step with a checkpoint; the handler is reset after the first, so a
+ * second signal kills. A signal inherited as ignored (nohup) stays ignored. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    const int sigs[2] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction cur;
+        if (sigaction(sigs[i], NULL, &cur) == 0 && cur.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 static bool num(const char *flag, const char *v, double lo, double hi, double *out)
@@ -116,7 +144,7 @@ int cmd_train(int argc, char **argv)
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
-           O_HELP };
+           O_NONFINITE, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -129,7 +157,7 @@ int cmd_train(int argc, char **argv)
         {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
         {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
         {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
-        {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
+        {"nonfinite", 1, 0, O_NONFINITE}, {"help", 0, 0, O_HELP},   {0, 0, 0, 0}};
     int c;
     double d;
     bool seq_set = false, maxseq_set = false;
@@ -200,6 +228,13 @@ int cmd_train(int argc, char **argv)
         case O_QWZ: cfg.qwz = true; break;
         case O_QGZ: cfg.qgz = true; break;
         case O_BUCKET: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.bucket = (int64_t)d; break;
+        case O_NONFINITE:
+            if (strata_nonfinite_parse(optarg, &cfg.nonfinite) < 0) {
+                fprintf(stderr, "strata train: --nonfinite expects stop or skip, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -252,19 +287,37 @@ int cmd_train(int argc, char **argv)
                     cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "");
         fputc('\n', stderr);
     }
+    catch_stop_signals();
+    strata_trainer_set_stop_flag(t, &stop_signal);
     if (resume) {
         int64_t step;
         if (strata_trainer_resume(t, &step) < 0) {
-            rc = cmd_fail("remove the bad files or start without --resume", "%s",
+            rc = cmd_fail("look at the files named, or start without --resume", "%s",
                           strata_last_error());
             goto out;
         }
-        if (step > 0 && rank == 0)
-            fprintf(stderr, "strata train: resumed at step %lld from %s\n", (long long)step,
-                    cfg.ckpt_dir);
+        if (rank == 0 && step > 0)
+            fprintf(stderr, "strata train: resumed at step %lld from %s (run %s)\n",
+                    (long long)step, cfg.ckpt_dir, strata_trainer_run_id(t));
+        else if (rank == 0)
+            fprintf(stderr, "strata train: --resume: no checkpoint in %s (empty or new); starting "
+                    "from step 0\n", cfg.ckpt_dir);
     }
-    if (strata_trainer_run(t, NULL) < 0)
+    if (strata_trainer_run(t, NULL) < 0) {
         rc = cmd_fail(NULL, "%s", strata_last_error());
+    } else if (strata_trainer_stopped(t) && rank == 0) {
+        int sig = strata_trainer_stopped(t);
+        const char *name = sig > 0 ? sigabbrev_np(sig) : NULL;
+        fprintf(stderr, "strata train: stopped by %s%s after step %lld of %lld; ",
+                sig < 0 ? "a signal on another rank" : name ? "SIG" : "signal ",
+                sig < 0 ? "" : name ? name : "?", (long long)strata_trainer_step_count(t),
+                (long long)cfg.steps);
+        if (cfg.ckpt_dir[0])
+            fprintf(stderr, "checkpoint step %lld written to %s (continue with --resume)\n",
+                    (long long)strata_trainer_step_count(t), cfg.ckpt_dir);
+        else
+            fprintf(stderr, "nothing saved (no --ckpt-dir)\n");
+    }
 out:
     // A failing rank tells the others (they fail naming it instead of waiting for a timeout).
     if (rc != 0 && comm && strata_comm_get_error(comm) == STRATA_OK)

@@ -1,0 +1,43 @@
+/* The trainer's state, shared by the loop (loop.c) and its checkpoints (trainer_ckpt.c). Internal to
+ * src/train. */
+#ifndef ST_TRAIN_TRAINER_H
+#define ST_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "strata/train.h"
+
+struct strata_trainer {
+    strata_train_config_t cfg;
+    strata_gpt_t *model;
+    strata_data_t *data;
+    float *m, *v;
+    double *wsq, *usq;
+    int32_t *tokens, *targets;
+    int64_t step;
+    strata_grad_sync_fn sync;
+    void *sync_ctx;
+    FILE *metrics;
+    double peak_gflops;
+    char run_id[17];
+    const volatile sig_atomic_t *stop_flag;
+    int stopped;           /* strata_trainer_stopped */
+    /* data parallel (strata_trainer_distribute): NULL zero = single process */
+    strata_comm_t *comm;
+    strata_zero_t *zero;
+    strata_zero_config_t zcfg;
+    strata_zero_segment_t *segs;
+    strata_zero_shard_t *ranges;
+    int nranges, rank, nranks;
+    size_t state_count; /* elements of m and v */
+};
+
+/* Sums n doubles over the ranks in place (in the engine's collective order); nothing to do in one
+ * process. Collective. */
+strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n);
+
+/* A fresh run id (16 hex digits) from the system's entropy. */
+void st_trainer_new_run_id(char out[17]);
+
+#endif

@@ -1,0 +1,229 @@
+/* The distributed trainer when something goes wrong on one rank (issue 11), 3 ranks:
+ *   - rank 1's loss not finite at step 3 (its step hook replaces it by NaN, the way a diverged
+ *     forward would; the model itself is not poisoned, so nothing else is at stake): every rank
+ *     fails at that step with the same report naming the step, the loss, the norm and rank 1, and
+ *     nothing of the step is applied or checkpointed;
+ *   - the same with --nonfinite skip: every rank skips step 3, the parameters stay identical on every
+ *     rank, training goes on;
+ *   - a stop request (the flag a SIGTERM handler sets) on one rank only: every rank stops after the
+ *     same step, a final checkpoint of it is committed, the flagged rank reports its signal, the
+ *     others -1; a resume on another ZeRO stage continues from that step. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness/st_test.h"
+#include "strata/train.h"
+
+typedef struct job {
+    char dir[256];
+    char corpus[1024];
+    int stage;
+    strata_nonfinite_t policy;
+} job_t;
+
+static strata_train_config_t job_cfg(const job_t *j)
+{
+    strata_train_config_t c = strata_train_config_default();
+    c.model.n_layer = 2;
+    c.model.d_model = 32;
+    c.model.n_head = 2;
+    c.model.max_seq = 16;
+    c.seq = 16;
+    c.batch = 6;
+    c.steps = 6;
+    c.warmup = 2;
+    c.progress = false;
+    c.zero = j->stage;
+    c.nonfinite = j->policy;
+    c.ckpt_keep = 10;
+    snprintf(c.data, sizeof c.data, "%s", j->corpus);
+    snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", j->dir);
+    return c;
+}
+
+/* A trainer distributed over comm at j's stage (NULL and a message on failure). */
+static strata_trainer_t *make_trainer(const job_t *j, strata_comm_t *comm)
+{
+    strata_train_config_t c = job_cfg(j);
+    strata_trainer_t *t;
+    if (strata_trainer_create(&c, &t) != STRATA_OK)
+        return NULL;
+    strata_zero_config_t zc = strata_zero_config_default();
+    zc.stage = j->stage;
+    if (strata_trainer_distribute(t, comm, &zc) != STRATA_OK) {
+        strata_trainer_destroy(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Rank 1's loss of step 3 becomes NaN. */
+static strata_status_t poison_rank1(void *ctx, strata_trainer_t *t, float *loss)
+{
+    if (*(int *)ctx == 1 && strata_trainer_step_count(t) + 1 == 3)
+        *loss = NAN;
+    return STRATA_OK;
+}
+
+/* Sum of this rank's parameter arena, all-gathered: equal on every rank when the state is. */
+static int same_params(strata_comm_t *comm, strata_trainer_t *t, int rank)
+{
+    size_t P = strata_model_nparams(strata_trainer_model(t));
+    const float *p = strata_model_param_arena(strata_trainer_model(t));
+    double sum = 0, all[3] = {0, 0, 0};
+    for (size_t i = 0; i < P; i++)
+        sum += p[i];
+    all[rank] = sum;
+    if (strata_allreduce(comm, all, all, 3, STRATA_DTYPE_F64, STRATA_OP_SUM) != 0)
+        return ST_RANK_FAIL("allreduce: %s", strata_last_error());
+    if (all[0] != all[1] || all[1] != all[2] || !isfinite(all[0]))
+        return ST_RANK_FAIL("parameters differ between ranks: %.9g %.9g %.9g", all[0], all[1],
+                            all[2]);
+    return 0;
+}
+
+static int nonfinite_rank(int rank, int n, void *arg)
+{
+    (void)n;
+    const job_t *j = arg;
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    strata_trainer_set_sync(t, poison_rank1, &rank);
+    strata_step_info_t info;
+    for (int s = 0; s < 2; s++)
+        ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
+    strata_status_t rc = strata_trainer_step(t, &info);
+    int bad = 0;
+    if (j->policy == STRATA_NONFINITE_STOP) {
+        const char *e = strata_last_error();
+        if (rc != STRATA_ERR_INVALID_ARG)
+            bad = ST_RANK_FAIL("step 3 returned %s, expected a failure", strata_status_name(rc));
+        else if (!strstr(e, "step 3: loss nan, grad norm ") ||
+                 !strstr(e, ": not finite (non-finite loss on rank 1); stopped before the update"))
+            bad = ST_RANK_FAIL("unexpected report: %s", e);
+        else if (strata_trainer_step_count(t) != 2)
+            bad = ST_RANK_FAIL("step count %lld after the refused step",
+                               (long long)strata_trainer_step_count(t));
+    } else {
+        if (rc != STRATA_OK || !info.skipped || info.step != 3)
+            bad = ST_RANK_FAIL("step 3: %s, skipped %d, step %lld", strata_status_name(rc),
+                               info.skipped, (long long)info.step);
+        for (int s = 0; !bad && s < 3; s++) {
+            rc = strata_trainer_step(t, &info);
+            if (rc != STRATA_OK || info.skipped || !isfinite(info.loss))
+                bad = ST_RANK_FAIL("step %d after the skip: %s", 4 + s, strata_last_error());
+        }
+        // Stage 0 holds the whole arena on every rank: it must be the same everywhere.
+        if (!bad && j->stage == 0)
+            bad = same_params(comm, t, rank);
+    }
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return bad;
+}
+
+static volatile sig_atomic_t stop_flag;
+
+static int stop_rank(int rank, int n, void *arg)
+{
+    (void)n;
+    job_t *j = arg;
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    for (int s = 0; s < 2; s++)
+        ST_RANK_CHECK_OK(strata_trainer_step(t, NULL));
+    strata_trainer_set_stop_flag(t, &stop_flag);
+    if (rank == 1)
+        stop_flag = SIGTERM; // as the handler would: this rank alone got the signal
+    ST_RANK_CHECK_OK(strata_trainer_run(t, NULL));
+    int want = rank == 1 ? SIGTERM : -1;
+    if (strata_trainer_step_count(t) != 3 || strata_trainer_stopped(t) != want)
+        return ST_RANK_FAIL("stopped at step %lld (%d), expected 3 (%d)",
+                            (long long)strata_trainer_step_count(t), strata_trainer_stopped(t),
+                            want);
+    strata_trainer_destroy(t);
+    int64_t steps[4];
+    if (strata_ckpt_steps(j->dir, steps, 4) != 1 || steps[0] != 3)
+        return ST_RANK_FAIL("no final checkpoint of step 3 in %s", j->dir);
+    // A resume on another stage continues from it (and runs to the end).
+    j->stage = 1;
+    t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    int64_t at = 0;
+    ST_RANK_CHECK_OK(strata_trainer_resume(t, &at));
+    if (at != 3)
+        return ST_RANK_FAIL("resumed at %lld, expected 3", (long long)at);
+    ST_RANK_CHECK_OK(strata_trainer_run(t, NULL));
+    if (strata_trainer_stopped(t) != 0 || strata_trainer_step_count(t) != 6)
+        return ST_RANK_FAIL("the resumed run stopped at %lld", (long long)strata_trainer_step_count(t));
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
+static job_t new_job(int stage, strata_nonfinite_t policy)
+{
+    job_t j = {.stage = stage, .policy = policy};
+    snprintf(j.corpus, sizeof j.corpus, "%s", __FILE__);
+    *strrchr(j.corpus, '/') = 0;
+    strncat(j.corpus, "/../../data/corpus/strata_tales.txt", sizeof j.corpus - strlen(j.corpus) - 1);
+    snprintf(j.dir, sizeof j.dir, "/tmp/strata_mrtf_XXXXXX");
+    assert_non_null(mkdtemp(j.dir));
+    return j;
+}
+
+static void rm_job(const job_t *j)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", j->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_nonfinite_stop(void **state)
+{
+    (void)state;
+    for (int stage = 0; stage <= 3; stage += 3) {
+        job_t j = new_job(stage, STRATA_NONFINITE_STOP);
+        assert_int_equal(st_test_ranks(3, nonfinite_rank, &j, NULL), 0);
+        int64_t steps[2];
+        assert_int_equal(strata_ckpt_steps(j.dir, steps, 2), 0);
+        rm_job(&j);
+    }
+}
+
+static void test_nonfinite_skip(void **state)
+{
+    (void)state;
+    for (int stage = 0; stage <= 3; stage += 3) {
+        job_t j = new_job(stage, STRATA_NONFINITE_SKIP);
+        assert_int_equal(st_test_ranks(3, nonfinite_rank, &j, NULL), 0);
+        rm_job(&j);
+    }
+}
+
+static void test_stop_agreed(void **state)
+{
+    (void)state;
+    job_t j = new_job(3, STRATA_NONFINITE_STOP);
+    assert_int_equal(st_test_ranks(3, stop_rank, &j, NULL), 0);
+    rm_job(&j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nonfinite_stop),
+        cmocka_unit_test(test_nonfinite_skip),
+        cmocka_unit_test(test_stop_agreed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
