@@ -237,6 +237,7 @@ typedef struct strata_train_config {
                               0 = flat (or hpz) */
     bool qwz, qgz;         /* int8 weight all-gathers / gradient reduce-scatters (off) */
     int64_t bucket;        /* floats per gradient bucket (0 = engine default) */
+    int straggler_window;  /* steps per straggler-detection window (20; 0 = off) */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -305,6 +306,10 @@ typedef struct strata_step_info {
     double seconds, tokens_per_s;
     bool skipped;       /* loss or norm not finite and cfg.nonfinite is skip: nothing was updated */
     bool stop;          /* a stop was requested (strata_trainer_set_stop_flag) on some rank */
+    int straggler;      /* distributed: the rank the others have waited for, persistently (slower
+                           by 20% than the others' median in cfg.straggler_window-step windows,
+                           3 in a row); -1 none */
+    float straggler_ratio; /* its busy time per step over the others' median */
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the

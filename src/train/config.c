@@ -28,6 +28,7 @@ strata_train_config_t strata_train_config_default(void)
     c.ckpt_keep = 2;
     c.trace_step = 2;
     c.eval_batches = 4;
+    c.straggler_window = 20;
     c.progress = true;
     return c;
 }
@@ -41,7 +42,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
-        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", NULL};
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite",
+        "straggler_window", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -91,6 +93,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("trace_step", 1, 1 << 30, c->trace_step);
     GET_I64("eval_every", 0, 1 << 30, c->eval_every);
     GET_I64("eval_batches", 1, 1 << 20, c->eval_batches);
+    GET_I64("straggler_window", 0, 1 << 20, c->straggler_window);
     GET_I64("zero", 0, 3, c->zero);
     GET_I64("tiers", 0, 3, c->tiers);
     GET_I64("bucket", 0, 1 << 30, c->bucket);

@@ -75,6 +75,7 @@ void strata_trainer_destroy(strata_trainer_t *t)
     if (t->zero) // stages 1-2 leave the last step's all-gathers in flight; after an error: fails fast
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
+    st_straggler_free(&t->strag);
     free(t->segs);
     free(t->ranges);
     strata_model_destroy(t->model);
@@ -182,6 +183,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->v = calloc(t->state_count + 1, sizeof(float));
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
+    ST_TRY(st_straggler_init(&t->strag, t->cfg.straggler_window, N));
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);
     double halves[2] = {r == 0 ? (double)(id >> 32) : 0, r == 0 ? (double)(id & 0xffffffffu) : 0};
@@ -387,11 +389,17 @@ strata_status_t strata_trainer_update(strata_trainer_t *t, float *grad_norm, flo
     return local_update(t, ss, lr_out);
 }
 
+static strata_status_t all_sum_cb(void *ctx, double *v, int n)
+{
+    return st_trainer_all_sum(ctx, v, n);
+}
+
 strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *info)
 {
     uint64_t t0 = st_now_ns();
-    strata_step_info_t s = {0};
+    strata_step_info_t s = {.straggler = -1};
     if (t->zero) {
+        st_straggler_begin(&t->strag, t->comm);
         ST_TRY(dist_step(t, &s));
     } else {
         float loss = 0;
@@ -419,6 +427,12 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
     s.step = t->step;
     s.seconds = (double)(st_now_ns() - t0) * 1e-9;
     s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
+    if (t->zero) {
+        ST_TRY(st_straggler_end(&t->strag, t->comm, s.seconds, all_sum_cb, t, t->rank,
+                                t->nranks));
+        s.straggler = t->strag.flagged;
+        s.straggler_ratio = (float)t->strag.ratio;
+    }
     if (info)
         *info = s;
     return STRATA_OK;
@@ -480,9 +494,13 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
         bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
     int eta = (int)eta_s;
+    char slow[64] = "";
+    if (s->straggler >= 0)
+        snprintf(slow, sizeof slow, "| straggler: rank %d (%.1fx) ", s->straggler,
+                 (double)s->straggler_ratio);
     fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
-            "ETA %d:%02d:%02d ", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps, mfu * 100,
-            eta / 3600, eta / 60 % 60, eta % 60);
+            "ETA %d:%02d:%02d %s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps, mfu * 100,
+            eta / 3600, eta / 60 % 60, eta % 60, slow);
     if (last)
         fputc('\n', stderr);
     fflush(stderr);
@@ -499,7 +517,8 @@ static void put_num(FILE *f, const char *key, double v, int prec, bool g)
         fprintf(f, ",\"%s\":%.*f", key, prec, v);
 }
 
-static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, double val)
+static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_info_t *s,
+                          double mfu, double val)
 {
     fprintf(f, "{\"step\":%" PRId64, s->step);
     put_num(f, "loss", s->loss, 6, false);
@@ -512,6 +531,16 @@ static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, doub
         put_num(f, "val_loss", val, 6, false);
     if (s->skipped)
         fputs(",\"skipped\":true", f);
+    if (s->straggler >= 0) {
+        fprintf(f, ",\"straggler\":%d", s->straggler);
+        put_num(f, "straggler_x", s->straggler_ratio, 3, false);
+    }
+    if (t->strag.window_ended) { // every rank's busy time per step over the window just ended
+        fputs(",\"rank_busy_ms\":[", f);
+        for (int r = 0; r < t->nranks; r++)
+            fprintf(f, "%s%.3f", r ? "," : "", t->strag.busy_all[r] * 1e3);
+        fputc(']', f);
+    }
     fputs("}\n", f);
     fflush(f);
 }
@@ -559,7 +588,7 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
         if (c->progress)
             progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
         if (t->metrics)
-            write_metrics(t->metrics, &s, mfu, val);
+            write_metrics(t, t->metrics, &s, mfu, val);
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
         bool stop = s.stop && t->step < c->steps;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "strata/train.h"
+#include "train/straggler.h"
 
 struct strata_trainer {
     strata_train_config_t cfg;
@@ -31,6 +32,7 @@ struct strata_trainer {
     strata_zero_shard_t *ranges;
     int nranges, rank, nranks;
     size_t state_count; /* elements of m and v */
+    st_straggler_t strag; /* distributed: which rank the others wait for */
 };
 
 /* Sums n doubles over the ranks in place (in the engine's collective order); nothing to do in one

@@ -7,7 +7,9 @@
  *     rank, training goes on;
  *   - a stop request (the flag a SIGTERM handler sets) on one rank only: every rank stops after the
  *     same step, a final checkpoint of it is committed, the flagged rank reports its signal, the
- *     others -1; a resume on another ZeRO stage continues from that step. */
+ *     others -1; a resume on another ZeRO stage continues from that step;
+ *   - rank 2 is 60 ms slower than the others in every step (its hook sleeps): every rank's step
+ *     reports rank 2 as the straggler once three windows have shown it, and never another rank. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +25,8 @@ typedef struct job {
     char corpus[1024];
     int stage;
     strata_nonfinite_t policy;
+    int straggler_window;
+    int steps;
 } job_t;
 
 static strata_train_config_t job_cfg(const job_t *j)
@@ -34,12 +38,13 @@ static strata_train_config_t job_cfg(const job_t *j)
     c.model.max_seq = 16;
     c.seq = 16;
     c.batch = 6;
-    c.steps = 6;
+    c.steps = j->steps;
     c.warmup = 2;
     c.progress = false;
     c.zero = j->stage;
     c.nonfinite = j->policy;
     c.ckpt_keep = 10;
+    c.straggler_window = j->straggler_window;
     snprintf(c.data, sizeof c.data, "%s", j->corpus);
     snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", j->dir);
     return c;
@@ -170,9 +175,49 @@ static int stop_rank(int rank, int n, void *arg)
     return 0;
 }
 
+/* Rank 2 computes 60 ms longer every step. */
+static strata_status_t slow_rank2(void *ctx, strata_trainer_t *t, float *loss)
+{
+    (void)t;
+    (void)loss;
+    if (*(int *)ctx == 2)
+        usleep(60 * 1000);
+    return STRATA_OK;
+}
+
+static int straggler_rank(int rank, int n, void *arg)
+{
+    (void)n;
+    const job_t *j = arg;
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    strata_trainer_set_sync(t, slow_rank2, &rank);
+    bool seen = false;
+    for (int s = 1; s <= 20; s++) {
+        strata_step_info_t info;
+        ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
+        if (info.straggler >= 0 && info.straggler != 2)
+            return ST_RANK_FAIL("step %d: rank %d flagged, rank 2 is the slow one", s,
+                                info.straggler);
+        if (info.straggler == 2 && s < 3 * j->straggler_window)
+            return ST_RANK_FAIL("step %d: flagged before three windows of %d steps", s,
+                                j->straggler_window);
+        if (info.straggler == 2 && info.straggler_ratio < 1.2f)
+            return ST_RANK_FAIL("step %d: ratio %.2f", s, (double)info.straggler_ratio);
+        seen |= info.straggler == 2;
+    }
+    if (!seen)
+        return ST_RANK_FAIL("rank 2, 60 ms slower every step, was never flagged");
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
 static job_t new_job(int stage, strata_nonfinite_t policy)
 {
-    job_t j = {.stage = stage, .policy = policy};
+    job_t j = {.stage = stage, .policy = policy, .straggler_window = 20, .steps = 6};
     snprintf(j.corpus, sizeof j.corpus, "%s", __FILE__);
     *strrchr(j.corpus, '/') = 0;
     strncat(j.corpus, "/../../data/corpus/strata_tales.txt", sizeof j.corpus - strlen(j.corpus) - 1);
@@ -218,12 +263,23 @@ static void test_stop_agreed(void **state)
     rm_job(&j);
 }
 
+static void test_straggler(void **state)
+{
+    (void)state;
+    job_t j = new_job(3, STRATA_NONFINITE_STOP);
+    j.straggler_window = 4;
+    j.steps = 20;
+    assert_int_equal(st_test_ranks(3, straggler_rank, &j, NULL), 0);
+    rm_job(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_stop),
         cmocka_unit_test(test_nonfinite_skip),
         cmocka_unit_test(test_stop_agreed),
+        cmocka_unit_test(test_straggler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

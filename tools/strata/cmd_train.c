@@ -37,7 +37,9 @@ static void usage(FILE *f)
             "                     rack, ... or a level number; STRATA_TOPO_PATH places ranks)\n"
             "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
-            "  --bucket N         floats per gradient bucket [engine default]\n");
+            "  --bucket N         floats per gradient bucket [engine default]\n"
+            "  --straggler-window N   steps per straggler window; a rank 20%% busier than the\n"
+            "                     others in 3 windows in a row is flagged [20; 0 = off]\n");
 }
 
 /* The signal that asked to stop (0 = none); the trainer reads it once per step. */
@@ -144,7 +146,7 @@ int cmd_train(int argc, char **argv)
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
-           O_NONFINITE, O_HELP };
+           O_NONFINITE, O_STRAGGLER, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -157,7 +159,8 @@ int cmd_train(int argc, char **argv)
         {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
         {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
         {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
-        {"nonfinite", 1, 0, O_NONFINITE}, {"help", 0, 0, O_HELP},   {0, 0, 0, 0}};
+        {"nonfinite", 1, 0, O_NONFINITE}, {"straggler-window", 1, 0, O_STRAGGLER},
+        {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
     bool seq_set = false, maxseq_set = false;
@@ -215,6 +218,7 @@ int cmd_train(int argc, char **argv)
         case O_TRACESTEP: if (!num(flag, optarg, 1, 1e12, &d)) return 2; cfg.trace_step = (int64_t)d; break;
         case O_EVAL: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.eval_every = (int64_t)d; break;
         case O_QUIET: cfg.progress = false; break;
+        case O_STRAGGLER: if (!num(flag, optarg, 0, 1 << 20, &d)) return 2; cfg.straggler_window = (int)d; break;
         case O_ZERO: INT(0, 3, cfg.zero); break;
         case O_HPZ: snprintf(cfg.hpz, sizeof cfg.hpz, "%s", optarg); break;
         case O_TIERS:
