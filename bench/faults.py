@@ -1,0 +1,502 @@
+#!/usr/bin/python3
+"""Fault injection: a training job under `strata launch --max-restarts`, faults injected on a seeded
+schedule, and per fault kind: injected, detected, culprit named correctly, time to detect, time to
+recover, steps lost, hangs, wrong checkpoints accepted; then the job's effective training time.
+
+usage: bench/faults.py [--strata build/release/strata] [--seed 1] [--ranks 4] [--repeat 3]
+                       [--kinds kill,kill0,stop,...] [--timeout-ms 3000] [--out DIR]
+       bench/faults.py --soak MINUTES [--every 120]   one long job, a fault every N seconds
+
+Kinds (each injected --repeat times into its own job, except in --soak):
+  kill          SIGKILL of a random rank other than 0
+  kill0         SIGKILL of rank 0, which serves the store
+  stop          SIGSTOP of a random rank (named by the census after the timeout)
+  store_garbage random bytes, silent connections and a 64 MiB frame on the store port (the job
+                must not notice: detected = survived untouched, no restart)
+  strangers     silent and garbage connections on every rank's TCP data port (ranks over TCP)
+  enospc        the checkpoint directory (a small tmpfs) fills up before a checkpoint write;
+                freed again once the failure is reported
+  ckpt_corrupt  the newest committed step's rank-1 shard gets flipped bytes, then a rank is killed:
+                the restart must refuse that step and resume from an older one
+  ckpt_mixed    the newest step's rank-0 shard replaced by an older step's, then a kill
+  ckpt_foreign  the newest step's rank-0 shard replaced by another run's, then a kill
+Link faults (a cut and a slowed link) need the emulated cluster: bench/faults_link.sh.
+
+Needs root for enospc (mount -t tmpfs); other kinds run anywhere strata does. Uses only the
+Python standard library (run it with Debian's /usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ["kill", "kill0", "stop", "store_garbage", "strangers", "enospc", "ckpt_corrupt",
+         "ckpt_mixed", "ckpt_foreign"]
+
+
+class Job:
+    """One `strata launch` of `strata train`, its output read line by line with timestamps."""
+
+    def __init__(self, a, work, tag, extra_env=None, steps=100000, resume=True):
+        self.a = a
+        self.work = work
+        self.ckpt = os.path.join(work, "ckpt")
+        self.metrics = os.path.join(work, "metrics.jsonl")
+        self.diag = os.path.join(work, "diag")
+        os.makedirs(self.ckpt, exist_ok=True)
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        train = [a.strata, "train", "--data", os.path.join(ROOT, "data/corpus/strata_tales.txt"),
+                 "--layers", "2", "--heads", "2", "--dim", "64", "--seq", "32", "--batch", "8",
+                 "--threads", "1", "--steps", str(steps), "--zero", "3", "--quiet",
+                 "--ckpt-dir", self.ckpt, "--ckpt-every", str(a.ckpt_every), "--keep", "3",
+                 "--metrics", self.metrics]
+        if a.mem_ckpt:
+            train += ["--mem-ckpt-every", "1"]
+        if resume:
+            train.append("--resume")
+        cmd = [a.strata, "launch", "-n", str(a.ranks), "--max-restarts", str(a.max_restarts),
+               "--timeout-ms", str(a.timeout_ms), "--diag-dir", self.diag, "--no-prefix"]
+        if extra_env and extra_env.get("STRATA_COMM_TRANSPORT") == "tcp":
+            cmd.append("--tcp")
+        self.t0 = time.monotonic()
+        self.lines = []  # (time since start, text)
+        self.lock = threading.Lock()
+        self.p = subprocess.Popen(cmd + ["--"] + train, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
+                                  start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.tag = tag
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.lock:
+                self.lines.append((time.monotonic() - self.t0, line.rstrip("\n")))
+
+    def now(self):
+        return time.monotonic() - self.t0
+
+    def find(self, pattern, after=0.0):
+        """The first output line matching `pattern` logged at or after `after`: (time, match)."""
+        rx = re.compile(pattern)
+        with self.lock:
+            for t, line in self.lines:
+                if t >= after:
+                    m = rx.search(line)
+                    if m:
+                        return t, m
+        return None
+
+    def wait_for(self, pattern, after, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            hit = self.find(pattern, after)
+            if hit:
+                return hit
+            if self.p.poll() is not None:
+                time.sleep(0.2)
+                return self.find(pattern, after)
+            time.sleep(0.05)
+        return None
+
+    def steps(self):
+        """(time logged, step) of every metrics line so far; the time is the file's reading time
+        for lines that appear while we poll (see progress())."""
+        out = []
+        try:
+            with open(self.metrics) as f:
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+        except OSError:
+            pass
+        return out
+
+    def last_step(self):
+        s = self.steps()
+        return s[-1]["step"] if s else 0
+
+    def wait_step(self, step, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.p.poll() is None:
+            if self.last_step() >= step:
+                return True
+            time.sleep(0.05)
+        return self.last_step() >= step
+
+    def ranks(self):
+        """{rank: pid} of the launcher's running ranks."""
+        out = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if ppid != self.p.pid:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                out[int(env[b"RANK"])] = int(pid)
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+        return out
+
+    def rank_env(self, rank, name):
+        pid = self.ranks().get(rank)
+        if not pid:
+            return None
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for kv in f.read().split(b"\0"):
+                if kv.startswith(name.encode() + b"="):
+                    return kv.split(b"=", 1)[1].decode()
+        return None
+
+    def stop(self, timeout=60):
+        """SIGTERM to the launcher (a final checkpoint), then wait; True if it ended in time."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+            return False
+
+    def output(self):
+        with self.lock:
+            return "\n".join(l for _, l in self.lines)
+
+
+# ---- the injections ------------------------------------------------------------------------------
+
+def pick_rank(rng, a, allow0):
+    return rng.randrange(0 if allow0 else 1, a.ranks)
+
+
+def ckpt_steps(job):
+    """Committed steps (manifests) in the checkpoint directory, oldest first."""
+    steps = []
+    for name in os.listdir(job.ckpt):
+        m = re.match(r"ckpt_(\d+)\.manifest\.json$", name)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def shard(job, step, rank):
+    return os.path.join(job.ckpt, f"ckpt_{step:08d}.rank{rank}.safetensors")
+
+
+def spam_port(host, port, seconds, seed):
+    """Garbage, silent connections and an oversized frame on host:port for `seconds`."""
+    rng = random.Random(seed)
+    held = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            s = socket.create_connection((host, port), timeout=1)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        kind = rng.randrange(3)
+        try:
+            if kind == 0:
+                s.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))))
+            elif kind == 1:
+                s.sendall((64 << 20).to_bytes(4, "little") + b"\x01" * 4096)
+        except OSError:
+            pass
+        held.append(s)  # silent ones (kind 2) and the others stay open
+        if len(held) > 200:
+            held.pop(0).close()
+        time.sleep(0.01)
+    for s in held:
+        s.close()
+
+
+def data_ports(job):
+    """TCP ports the ranks listen on (their data ports and rank 0's store), from /proc/net/tcp."""
+    inodes = {}
+    for rank, pid in job.ranks().items():
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes[link[8:-1]] = rank
+        except OSError:
+            pass
+    ports = []
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
+                ports.append(int(cols[1].split(":")[1], 16))
+    return ports
+
+
+class Result:
+    def __init__(self, kind):
+        self.kind = kind
+        self.injected = self.detected = self.named = self.hangs = self.wrong_ckpt = 0
+        self.detect_s, self.recover_s, self.lost = [], [], []
+        self.notes = []
+
+
+def inject(a, kind, rng, job, res, victim):
+    """Injects one fault of `kind` into the running job; fills res. Returns when the job has
+    recovered (or failed to)."""
+    before = job.last_step()
+    t_inj = job.now()
+    expect_restart = kind not in ("store_garbage", "strangers")
+    detect_rx = r"strata launch: restart \d+ of \d+ after (rank (\d+))?(.*)"
+    if kind in ("kill", "kill0"):
+        os.kill(job.ranks()[victim], signal.SIGKILL)
+    elif kind == "stop":
+        os.kill(job.ranks()[victim], signal.SIGSTOP)
+    elif kind == "store_garbage":
+        addr = job.rank_env(0, "STRATA_STORE_ADDR") or "127.0.0.1:" + job.rank_env(0, "MASTER_PORT")
+        host, port = addr.rsplit(":", 1)
+        spam_port(host, int(port), 4.0, rng.random())
+    elif kind == "strangers":
+        threads = [threading.Thread(target=spam_port, args=("127.0.0.1", p, 4.0, rng.random()))
+                   for p in data_ports(job)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    elif kind == "enospc":
+        filler = os.path.join(job.ckpt, "filler")
+        st = os.statvfs(job.ckpt)
+        with open(filler, "wb") as f:
+            try:
+                f.write(b"\0" * (st.f_bavail * st.f_frsize))
+            except OSError:
+                pass
+    elif kind.startswith("ckpt_"):
+        steps = ckpt_steps(job)
+        while len(steps) < 2 and job.p.poll() is None:
+            time.sleep(0.2)
+            steps = ckpt_steps(job)
+        newest, older = steps[-1], steps[-2]
+        res.notes.append(f"damaged step {newest}")
+        if kind == "ckpt_corrupt":
+            with open(shard(job, newest, 1), "r+b") as f:
+                f.seek(-64, os.SEEK_END)
+                f.write(bytes(64))
+        elif kind == "ckpt_mixed":
+            shutil.copyfile(shard(job, older, 0), shard(job, newest, 0))
+        else:
+            foreign = os.path.join(a.out, "foreign", "ckpt")
+            fsteps = sorted(int(m.group(1)) for m in
+                            (re.match(r"ckpt_(\d+)\.rank0\.safetensors$", n)
+                             for n in os.listdir(foreign)) if m)
+            shutil.copyfile(os.path.join(foreign, f"ckpt_{fsteps[-1]:08d}.rank0.safetensors"),
+                            shard(job, newest, 0))
+        os.kill(job.ranks()[victim], signal.SIGKILL)
+        res.damaged = newest
+    res.injected += 1
+    if not expect_restart:
+        # Survived untouched: no restart line, and training goes on past the injection.
+        ok = job.wait_step(before + 20, 60) and not job.find(detect_rx, t_inj)
+        res.detected += ok
+        res.named += ok
+        if not ok:
+            res.notes.append("the job restarted or stalled:\n" + job.output()[-2000:])
+        return
+    hit = job.wait_for(detect_rx, t_inj, a.timeout_ms / 1000 * 2 + 30)
+    if kind == "enospc":
+        try:
+            os.unlink(os.path.join(job.ckpt, "filler"))
+        except OSError:
+            pass
+    if not hit:
+        res.hangs += 1
+        res.notes.append("no restart seen:\n" + job.output()[-2000:])
+        return
+    t_det, m = hit
+    res.detected += 1
+    res.detect_s.append(t_det - t_inj)
+    named = m.group(2)
+    if kind in ("enospc",):
+        res.named += "No space left" in m.group(0) or "write" in m.group(0) or named is not None
+    elif named is not None and int(named) == victim:
+        res.named += 1
+    else:
+        res.notes.append(f"victim rank {victim}, verdict: {m.group(0)}")
+    # Recovered: the first metrics line after the restart.
+    res_hit = job.wait_for(r"strata train: resumed at step (\d+)", t_det, 60)
+    if not res_hit:
+        res.hangs += 1
+        res.notes.append("no resume seen:\n" + job.output()[-2000:])
+        return
+    resumed = int(res_hit[1].group(1))
+    if kind.startswith("ckpt_") and resumed >= res.damaged:
+        res.wrong_ckpt += 1
+        res.notes.append(f"resumed at step {resumed}, the damaged step is {res.damaged}")
+    if not job.wait_step(resumed + 1, 60):
+        res.hangs += 1
+        return
+    # The step after the resume appears in metrics; its time is "now" to within the poll.
+    res.recover_s.append(job.now() - t_det)
+    res.lost.append(max(0, before - resumed))
+
+
+def run_kind(a, kind, rng):
+    res = Result(kind)
+    for i in range(a.repeat):
+        work = tempfile.mkdtemp(prefix=f"faults-{kind}-", dir=a.out)
+        env = {"STRATA_COMM_TRANSPORT": "tcp"} if kind == "strangers" else {}
+        mounted = False
+        if kind == "enospc":
+            ck = os.path.join(work, "ckpt")
+            os.makedirs(ck)
+            mounted = subprocess.call(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", ck]) == 0
+            if not mounted:
+                res.notes.append("cannot mount a tmpfs (not root?): enospc skipped")
+                shutil.rmtree(work, ignore_errors=True)
+                return res
+        job = Job(a, work, kind, env)
+        try:
+            if not job.wait_step(a.warm_steps, 120):
+                res.notes.append("the job never started:\n" + job.output()[-2000:])
+                res.injected += 1
+                res.hangs += 1
+                continue
+            victim = {"kill": pick_rank(rng, a, False), "kill0": 0,
+                      "stop": pick_rank(rng, a, True)}.get(kind, pick_rank(rng, a, True))
+            inject(a, kind, rng, job, res, victim)
+        finally:
+            if not job.stop():
+                res.hangs += 1
+                res.notes.append("the launcher did not end after SIGTERM")
+            if mounted:
+                subprocess.call(["umount", "-l", os.path.join(work, "ckpt")])
+            if not a.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def fmt_list(xs, unit):
+    if not xs:
+        return "-"
+    return f"{sum(xs) / len(xs):.2f}{unit} (max {max(xs):.2f})"
+
+
+def report(results):
+    print(f"{'fault':14} {'injected':>8} {'detected':>8} {'named':>6} {'hangs':>5} "
+          f"{'wrong ckpt':>10}  {'time to detect':>20}  {'time to recover':>20}  steps lost")
+    for r in results:
+        lost = f"{sum(r.lost) / len(r.lost):.1f} (max {max(r.lost)})" if r.lost else "-"
+        print(f"{r.kind:14} {r.injected:8} {r.detected:8} {r.named:6} {r.hangs:5} "
+              f"{r.wrong_ckpt:10}  {fmt_list(r.detect_s, ' s'):>20}  "
+              f"{fmt_list(r.recover_s, ' s'):>20}  {lost}")
+    for r in results:
+        for n in r.notes:
+            print(f"  [{r.kind}] {n}")
+
+
+def make_foreign(a):
+    """A short run of another seed, whose shards the ckpt_foreign kind plants."""
+    d = os.path.join(a.out, "foreign")
+    os.makedirs(d, exist_ok=True)
+    subprocess.check_call([a.strata, "launch", "-n", str(a.ranks), "--no-prefix", "--", a.strata,
+                           "train", "--data", os.path.join(ROOT, "data/corpus/strata_tales.txt"),
+                           "--layers", "2", "--heads", "2", "--dim", "64", "--seq", "32",
+                           "--batch", "8", "--threads", "1", "--steps", "10", "--zero", "3",
+                           "--quiet", "--seed", "777", "--ckpt-dir", os.path.join(d, "ckpt")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def soak(a, rng):
+    """One job for a.soak minutes with a fault every a.every seconds (kills and stops of random
+    ranks): its effective training time is the time of the steps that count (the final run's
+    steps, at the healthy median step time) over the wall time."""
+    work = tempfile.mkdtemp(prefix="faults-soak-", dir=a.out)
+    job = Job(a, work, "soak")
+    results = {k: Result(k) for k in ("kill", "kill0", "stop")}
+    wall0 = time.monotonic()
+    end = wall0 + a.soak * 60
+    job.wait_step(a.warm_steps, 120)
+    next_fault = time.monotonic() + a.every
+    while time.monotonic() < end and job.p.poll() is None:
+        if time.monotonic() >= next_fault:
+            kind = rng.choice(list(results))
+            victim = 0 if kind == "kill0" else pick_rank(rng, a, kind == "stop")
+            inject(a, kind, rng, job, results[kind], victim)
+            next_fault = time.monotonic() + a.every
+        time.sleep(0.2)
+    wall = time.monotonic() - wall0
+    job.stop()
+    rows = job.steps()
+    final = {}
+    for r in rows:  # the last occurrence of a step is the one that counts
+        final[r["step"]] = r.get("step_s") or 0
+    times = sorted(final.values())
+    median = times[len(times) // 2] if times else 0
+    useful = median * len(final)
+    report(list(results.values()))
+    print(f"soak: {a.soak} min, a fault every {a.every} s: {len(final)} steps kept, healthy step "
+          f"{median * 1e3:.1f} ms, useful {useful:.1f} s of {wall:.1f} s wall: effective "
+          f"{100 * useful / wall:.1f}% of the fault-free rate")
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--strata", default=os.path.join(ROOT, "build/release/strata"))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--timeout-ms", type=int, default=3000)
+    p.add_argument("--max-restarts", type=int, default=100)
+    p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("--warm-steps", type=int, default=45)
+    p.add_argument("--soak", type=float, default=0, help="minutes of one job with periodic faults")
+    p.add_argument("--every", type=float, default=120)
+    p.add_argument("--out", default=None)
+    p.add_argument("--keep", action="store_true", help="keep the jobs' folders")
+    a = p.parse_args()
+    a.strata = os.path.abspath(a.strata)
+    help_text = subprocess.run([a.strata, "train", "--help"], capture_output=True, text=True)
+    a.mem_ckpt = "--mem-ckpt-every" in help_text.stdout + help_text.stderr
+    a.out = a.out or tempfile.mkdtemp(prefix="strata-faults-")
+    os.makedirs(a.out, exist_ok=True)
+    rng = random.Random(a.seed)
+    print(f"strata faults: seed {a.seed}, {a.ranks} ranks, timeout {a.timeout_ms} ms, memory "
+          f"checkpoints {'on' if a.mem_ckpt else 'off'}, work in {a.out}", flush=True)
+    if a.soak:
+        soak(a, rng)
+        return
+    kinds = a.kinds.split(",")
+    for k in kinds:
+        if k not in KINDS:
+            sys.exit(f"faults: unknown kind '{k}' (known: {', '.join(KINDS)})")
+    if "ckpt_foreign" in kinds:
+        make_foreign(a)
+    results = []
+    for k in kinds:
+        print(f"-- {k} x {a.repeat}", flush=True)
+        results.append(run_kind(a, k, rng))
+    report(results)
+
+
+if __name__ == "__main__":
+    main()
