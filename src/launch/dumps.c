@@ -273,9 +273,19 @@ strata_status_t strata_diag_load(const char *dir, int nranks, strata_diag_t **ou
     }
     closedir(dh);
 
-    int n = d->nranks;
-    for (int i = 0; n == 0 && i < ngot; i++)
-        n = got[i]->nranks;
+    // Without launch.json, the job's size is what most dumps say (a stray dump of another job
+    // must not decide it).
+    int n = d->nranks, best = 0;
+    for (int i = 0; n == 0 && i < ngot; i++) {
+        int votes = 0;
+        for (int k = 0; k < ngot; k++)
+            votes += got[k]->nranks == got[i]->nranks;
+        if (votes > best) {
+            best = votes;
+            d->nranks = got[i]->nranks;
+        }
+    }
+    n = d->nranks;
     d->nranks = n;
     d->dumps = n ? calloc((size_t)n, sizeof *d->dumps) : NULL;
     for (int i = 0; i < ngot; i++) {
