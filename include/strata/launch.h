@@ -12,11 +12,12 @@
  * noticed the failure exit with status 1 while the dead or stopped rank may be reaped later or not
  * at all. The culprit is therefore, in this order:
  *   1. a rank killed by a signal the launcher did not send (SIGKILL from the OOM killer, SIGSEGV);
- *   2. a rank found stopped (process state T or t, SIGSTOP or a debugger) when the job failed;
+ *   2. a rank found stopped (process state T: SIGSTOP, SIGTSTP) when the job failed;
  *   3. the rank most dumps blame;
  *   4. with no observations (strata diagnose on dumps alone), the one rank that left no dump when
  *      every other rank did;
  *   5. the first rank that exited non-zero.
+ * Where 1 or 2 finds several ranks, the one the dumps blame is taken, else the first to end.
  * The launcher saves its observations beside the dumps (DIR/launch.json), so `strata diagnose DIR`
  * later reaches the same verdict.
  *
@@ -70,7 +71,7 @@ typedef struct strata_rank_obs {
     int end;          /* STRATA_RANK_* */
     int status;       /* exit status, or the signal number */
     bool by_launcher; /* killed by a signal the launcher itself sent to it */
-    bool stopped;     /* found stopped (state T/t) when the job failed */
+    bool stopped;     /* found stopped (state T) when the job failed */
     int order;        /* 1 for the first rank to end, 2 for the next ...; 0 if unknown */
 } strata_rank_obs_t;
 

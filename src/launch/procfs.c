@@ -45,7 +45,10 @@ void st_launch_find_stopped(const pid_t *pgids, int n, bool *stopped)
             continue;
         char state;
         pid_t pg;
-        if (!read_stat(de->d_name, &state, &pg) || (state != 'T' && state != 't'))
+        // 'T' only: stopped by a signal (SIGSTOP, SIGTSTP). 't' is a ptrace stop, which a rank
+        // also shows for a moment on its way out when LeakSanitizer's tracer inspects it; a rank
+        // held by a debugger is found by the survivors' census instead.
+        if (!read_stat(de->d_name, &state, &pg) || state != 'T')
             continue;
         // Stopped processes are rare: a linear search over the groups costs nothing in practice.
         for (int i = 0; i < n; i++)

@@ -174,7 +174,7 @@ static void compose(const strata_diag_t *d, strata_verdict_t *v)
         say(v, " %s (not sent by the launcher)", end);
         break;
     case STRATA_VERDICT_STOPPED:
-        say(v, " was found stopped (SIGSTOP or a debugger)");
+        say(v, " was found stopped (SIGSTOP/SIGTSTP)");
         if (clause && clause != rest)
             say(v, ": %s", clause);
         break;
@@ -214,10 +214,13 @@ void strata_verdict_decide(const strata_diag_t *d, strata_verdict_t *v)
     int votes = 0;
     int blamed = most_blamed(d, &votes);
     int first_fail = first_rank(d, ended_badly);
+    // Of several killed (or stopped) ranks, the one the dumps blame, else the first to end.
+    bool blamed_killed = blamed >= 0 && d->obs && foreign_signal(&d->obs[blamed]);
+    bool blamed_stopped = blamed >= 0 && d->obs && is_stopped(&d->obs[blamed]);
     int c;
-    if ((c = first_rank(d, foreign_signal)) >= 0) {
+    if ((c = blamed_killed ? blamed : first_rank(d, foreign_signal)) >= 0) {
         v->basis = STRATA_VERDICT_SIGNAL;
-    } else if ((c = first_rank(d, is_stopped)) >= 0) {
+    } else if ((c = blamed_stopped ? blamed : first_rank(d, is_stopped)) >= 0) {
         v->basis = STRATA_VERDICT_STOPPED;
     } else if ((c = blamed) >= 0) {
         v->basis = STRATA_VERDICT_DUMPS;

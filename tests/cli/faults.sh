@@ -81,9 +81,10 @@ wait_training() {
     for _ in $(seq 1200); do
         local all=1
         for ((r = 0; r < n; r++)); do [ -e "$J/pid.$r" ] || all=0; done
-        if [ $all = 1 ] && [ "$(wc -l <"$J/m.jsonl" 2>/dev/null || echo 0)" -ge 5 ]; then
+        if [ $all = 1 ] && [ -e "$J/m.jsonl" ] && [ "$(wc -l <"$J/m.jsonl")" -ge 5 ]; then
             return 0
         fi
+        kill -0 "$lpid" 2>/dev/null || break # launch ended before training started
         sleep 0.1
     done
     echo "job $J never started training" >&2
@@ -109,7 +110,7 @@ stop_case() {
     kill -KILL "$vpid" 2>/dev/null # only if launch failed to
     local t=${*:-shm}
     check "stopped rank $victim ($t, run $run): the verdict names it" \
-        has "^strata launch: rank $victim (pid $vpid) was found stopped (SIGSTOP or a debugger): stopped responding during" "$J/err"
+        has "^strata launch: rank $victim (pid $vpid) was found stopped (SIGSTOP/SIGTSTP): stopped responding during" "$J/err"
     check "stopped rank $victim ($t, run $run): launch exits with the survivors' status 1" test "$rc" -eq 1
     check "stopped rank $victim ($t, run $run): no /dev/shm file of the job remains" no_shm_left
 }
@@ -129,7 +130,7 @@ check "the launcher's observations are saved beside the dumps" test -e "$D/launc
 kill0_case() {
     local run=$1 vpid
     shift
-    start "kill0$*$run" -n 4 --diag-dir "$TMP/kill0$*$run/diag" "$@" -- sh -c "$WRAP" sh \
+    STRATA_DIAG_DIR=$TMP/kill0$*$run/diag start "kill0$*$run" -n 4 "$@" -- sh -c "$WRAP" sh \
         "$STRATA" "${TRAIN[@]}" --steps 1000000 --metrics "$TMP/kill0$*$run/m.jsonl"
     wait_training 4
     vpid=$(pid_of 0)
@@ -212,8 +213,8 @@ check "the restarted job ends at step $STEPS with the uninterrupted run's loss (
 # A rank that always fails: the job is started 3 times, then launch gives up with its status.
 # shellcheck disable=SC2016
 ALWAYS='echo "$RANK $STRATA_RESTART_COUNT" >>"$J/attempts"; if [ "$RANK" = 1 ]; then exit 5; fi; exec "$@"'
-start always -n 3 --max-restarts 2 -- sh -c "$ALWAYS" sh "$STRATA" bench allreduce --sizes 8 \
-    -n 1000000 -w 0
+start always -n 3 --max-restarts 2 --diag-dir "$TMP/always/diag" -- sh -c "$ALWAYS" sh "$STRATA" \
+    bench allreduce --sizes 8 -n 1000000 -w 0
 finish
 check "a rank that always fails: launch exits with its status after the restarts" test "$rc" -eq 5
 check "a rank that always fails: exactly 2 restarts" \
@@ -221,7 +222,9 @@ check "a rank that always fails: exactly 2 restarts" \
 check "a rank that always fails: every rank ran in attempts 0, 1 and 2" \
     test "$(sort -u "$J/attempts" | tr '\n' ' ')" = "0 0 0 1 0 2 1 0 1 1 1 2 2 0 2 1 2 2 "
 check "a rank that always fails: the final verdict names it" \
-    has "^strata launch: rank 1 (pid [0-9]*) exited with status 5\.$" "$J/err"
+    has "^strata launch: rank 1 (pid [0-9]*) exited with status 5\. Dumps: $J/diag$" "$J/err"
+check "--diag-dir keeps each restarted attempt's record apart" \
+    test -e "$J/diag/attempt0/launch.json" -a -e "$J/diag/attempt1/launch.json" -a -e "$J/diag/launch.json"
 
 # SIGINT to the launcher ends the job without a restart. Job control keeps SIGINT deliverable to
 # a background launch (a non-interactive shell would start it with SIGINT ignored).

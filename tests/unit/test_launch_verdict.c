@@ -130,9 +130,37 @@ static void test_stopped_beats_first_exit(void **state)
     assert_int_equal(v.basis, STRATA_VERDICT_STOPPED);
     assert_int_equal(v.blamed_by, 3);
     assert_int_equal(v.exit_code, 1); // the stopped rank was killed by the launcher: rank 3's code
-    assert_string_equal(v.text, "rank 2 (pid 102) was found stopped (SIGSTOP or a debugger): "
+    assert_string_equal(v.text, "rank 2 (pid 102) was found stopped (SIGSTOP/SIGTSTP): "
                                 "stopped responding during allreduce #12; ranks 0-1, 3 were "
                                 "waiting for it (seen by rank 0)");
+    strata_diag_free(d);
+}
+
+/* Two ranks were stopped (one only for a moment on its way out, say): the one the dumps blame. */
+static void test_several_stopped(void **state)
+{
+    (void)state;
+    for (int r = 0; r < 4; r++)
+        if (r != 2)
+            write_dump(r, 4, 2, STOPPED_MSG);
+    strata_rank_obs_t obs[4] = {exited(0, 1, 2), exited(1, 1, 1), signaled(2, SIGKILL, true, 4),
+                                signaled(3, SIGKILL, true, 3)};
+    obs[2].stopped = obs[3].stopped = true;
+    strata_diag_t *d = load(obs, 4);
+    strata_verdict_t v;
+    strata_verdict_decide(d, &v);
+    assert_int_equal(v.rank, 2);
+    assert_int_equal(v.basis, STRATA_VERDICT_STOPPED);
+    strata_diag_free(d);
+    // Without dumps, the first of them to end.
+    for (int r = 0; r < 4; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/rank%d.json", dir, r);
+        unlink(path);
+    }
+    d = load(obs, 4);
+    strata_verdict_decide(d, &v);
+    assert_int_equal(v.rank, 3);
     strata_diag_free(d);
 }
 
@@ -313,6 +341,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_foreign_signal_beats_first_exit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stopped_beats_first_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_several_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dumps_consensus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_exit_is_the_last_resort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_dump, setup, teardown),
