@@ -27,11 +27,11 @@
 #ifndef STRATA_LAUNCH_H
 #define STRATA_LAUNCH_H
 
-#include "strata/status.h"
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "strata/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,17 +47,17 @@ typedef struct strata_flight_op {
     char op[32];        /* "allreduce", "send", ... */
     char algo[48];
     long long bytes;
-    int state;          /* STRATA_FLIGHT_* */
-    double ms;          /* duration; -1 while started */
+    int state; /* STRATA_FLIGHT_* */
+    double ms; /* duration; -1 while started */
 } strata_flight_op_t;
 
 /* One rank's dump, DIR/rank<r>.json. */
 typedef struct strata_rank_dump {
     int rank, nranks, pid;
     char host[256];
-    char status[64];   /* "STRATA_ERR_TIMEOUT" */
-    char error[1024];  /* the error the rank returned */
-    int culprit;       /* the world rank it blames, -1 if none */
+    char status[64];     /* "STRATA_ERR_TIMEOUT" */
+    char error[1024];    /* the error the rank returned */
+    int culprit;         /* the world rank it blames, -1 if none */
     long long completed; /* operations it completed */
     int nflight;
     strata_flight_op_t *flight; /* oldest first */
@@ -83,7 +83,7 @@ typedef struct strata_diag {
     strata_rank_dump_t **dumps; /* [nranks]; NULL where a rank left no (readable) dump */
     strata_rank_obs_t *obs;     /* [nranks], or NULL without launch.json */
     int nproblems;
-    char **problems;            /* one line per unreadable or malformed file, naming it */
+    char **problems; /* one line per unreadable or malformed file, naming it */
 } strata_diag_t;
 
 /* Reads every DIR/rank<r>.json and DIR/launch.json. nranks is the job's size when the caller knows
@@ -137,12 +137,12 @@ STRATA_API char *strata_diag_to_json(const strata_diag_t *d, const strata_verdic
 
 typedef struct strata_launch_opts {
     int nranks;
-    bool tcp;              /* STRATA_COMM_TRANSPORT=tcp */
-    long long timeout_ms;  /* STRATA_COMM_TIMEOUT_MS; < 0: leave it alone */
-    bool prefix;           /* "[r<rank>] " before every output line */
-    int max_restarts;      /* restart the whole job after a failure up to this many times */
-    const char *diag_dir;  /* where dumps go; NULL: $STRATA_DIAG_DIR, else a temporary directory */
-    char *const *argv;     /* PROGRAM ARGS..., NULL-terminated; PROGRAM is looked up in PATH */
+    bool tcp;             /* STRATA_COMM_TRANSPORT=tcp */
+    long long timeout_ms; /* STRATA_COMM_TIMEOUT_MS; < 0: leave it alone */
+    bool prefix;          /* "[r<rank>] " before every output line */
+    int max_restarts;     /* restart the whole job after a failure up to this many times */
+    const char *diag_dir; /* where dumps go; NULL: $STRATA_DIAG_DIR, else a temporary directory */
+    char *const *argv;    /* PROGRAM ARGS..., NULL-terminated; PROGRAM is looked up in PATH */
 } strata_launch_opts_t;
 
 STRATA_API strata_launch_opts_t strata_launch_opts_default(void);

@@ -4,10 +4,6 @@
  * still read, because a post-mortem is most needed when something went badly wrong. Deciding who is
  * to blame is verdict.c's job.
  */
-#include "base/base.h"
-#include "base/json.h"
-#include "strata/launch.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -15,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/base.h"
+#include "base/json.h"
+#include "strata/launch.h"
 
 #define DIAG_MAX_RANKS (1 << 20)
 
@@ -129,13 +129,15 @@ static strata_status_t parse_dump(const char *path, int file_rank, strata_rank_d
     }
     ST_TRY_GOTO(parse_flight(&doc, flight, r), rc, out);
     if (r->rank != file_rank) {
-        rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected \"rank\": %d (as the file's name says), got %d",
-                      path, st_json_key_line(&doc, "rank", 0), file_rank, r->rank);
+        rc = st_error(STRATA_ERR_PARSE,
+                      "%s:%d: expected \"rank\": %d (as the file's name says), got %d", path,
+                      st_json_key_line(&doc, "rank", 0), file_rank, r->rank);
         goto out;
     }
     if (r->rank >= r->nranks || r->culprit >= r->nranks) {
-        rc = st_error(STRATA_ERR_PARSE, "%s: expected \"rank\" and \"culprit\" below \"nranks\" (%d)",
-                      path, r->nranks);
+        rc = st_error(STRATA_ERR_PARSE,
+                      "%s: expected \"rank\" and \"culprit\" below \"nranks\" (%d)", path,
+                      r->nranks);
         goto out;
     }
     *out = r;
@@ -162,8 +164,8 @@ static strata_status_t parse_obs(const char *path, strata_diag_t *d)
     }
     if (!json_object_object_get_ex(doc.root, "ranks", &ranks) ||
         !json_object_is_type(ranks, json_type_array) || (int)json_object_array_length(ranks) != n) {
-        rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected an array of %d entries for \"ranks\"", path,
-                      st_json_key_line(&doc, "ranks", 0), n);
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected an array of %d entries for \"ranks\"",
+                      path, st_json_key_line(&doc, "ranks", 0), n);
         goto out;
     }
     strata_rank_obs_t *obs = calloc((size_t)n, sizeof *obs);
@@ -199,9 +201,10 @@ static strata_status_t parse_obs(const char *path, strata_diag_t *d)
         else if (!strcmp(end, "unknown"))
             b->end = STRATA_RANK_UNKNOWN;
         else
-            rc = st_error(STRATA_ERR_PARSE,
-                          "%s:%d: expected \"exit\", \"signal\" or \"unknown\" for \"end\", got \"%s\"",
-                          path, st_json_key_line(&doc, "end", i), end);
+            rc = st_error(
+                STRATA_ERR_PARSE,
+                "%s:%d: expected \"exit\", \"signal\" or \"unknown\" for \"end\", got \"%s\"", path,
+                st_json_key_line(&doc, "end", i), end);
     }
     if (rc == STRATA_OK) {
         d->obs = obs;

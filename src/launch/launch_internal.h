@@ -9,8 +9,8 @@
 
 /* ---- procfs.c ---- */
 
-/* Sets stopped[i] when a process of process group pgids[i] is stopped by a signal (state T: SIGSTOP,
- * SIGTSTP); one pass over /proc. pgids[i] <= 0 is skipped. */
+/* Sets stopped[i] when a process of process group pgids[i] is stopped by a signal (state T:
+ * SIGSTOP, SIGTSTP); one pass over /proc. pgids[i] <= 0 is skipped. */
 void st_launch_find_stopped(const pid_t *pgids, int n, bool *stopped);
 
 /* Removes the job's shared-memory names, /dev/shm/strata-<job_id>-* (doorbells and segments a

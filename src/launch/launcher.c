@@ -1,9 +1,9 @@
-/* The local process manager behind `strata launch`: starts N ranks of a program on this machine with
- * a launcher environment, the way torchrun does for one node. It picks a free port on 127.0.0.1 for
- * the bootstrap store (rank 0 hosts it), makes a random job secret and job id, and gives each rank
- * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/MASTER_PORT, the STRATA_*
- * bootstrap variables, STRATA_DIAG_DIR and the restart count. Rank output goes through output.c;
- * signals arrive in the same poll loop through a self-pipe.
+/* The local process manager behind `strata launch`: starts N ranks of a program on this machine
+ * with a launcher environment, the way torchrun does for one node. It picks a free port on
+ * 127.0.0.1 for the bootstrap store (rank 0 hosts it), makes a random job secret and job id, and
+ * gives each rank RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+ * MASTER_ADDR/MASTER_PORT, the STRATA_* bootstrap variables, STRATA_DIAG_DIR and the restart count.
+ * Rank output goes through output.c; signals arrive in the same poll loop through a self-pipe.
  *
  * Process groups: each rank runs in a process group of its own (setpgid), not in the launcher's.
  * A Ctrl-C in a terminal therefore reaches only the launcher (the terminal's foreground group),
@@ -53,10 +53,10 @@
 
 #define LAUNCH_KILL_GRACE_MS 5000 /* SIGTERM, then SIGKILL this much later */
 #define LAUNCH_DRAIN_MS      1000 /* after the last rank exited, how long stray writers may linger */
-#define LAUNCH_SPARE_FDS     32   /* stdio, signal pipe, /dev/null, the exec'd program's own needs */
+#define LAUNCH_SPARE_FDS     32 /* stdio, signal pipe, /dev/null, the exec'd program's own needs */
 
 typedef struct rank_proc {
-    pid_t pid;     /* also the rank's process group id; 0 when never started */
+    pid_t pid; /* also the rank's process group id; 0 when never started */
     bool alive;
     uint64_t sent; /* signals the launcher sent to the rank's group: bit s for signal s */
     strata_rank_obs_t obs;
@@ -67,28 +67,28 @@ typedef struct launcher {
     rank_proc_t *procs;
     st_stream_t *streams; /* 2 per rank when prefixing */
     int alive;
-    int sigfd;            /* read end of the signal pipe */
+    int sigfd;                 /* read end of the signal pipe */
     struct sigaction saved[5]; /* SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE as they were */
-    int handled[3];       /* SIGINT, SIGTERM, SIGHUP: 1 if forwarded, 0 if inherited as ignored */
+    int handled[3]; /* SIGINT, SIGTERM, SIGHUP: 1 if forwarded, 0 if inherited as ignored */
     int devnull;
     bool stdin_to_rank0;
 
     /* The current attempt. */
-    int attempt;          /* 0 for the first run, k for the k-th restart */
+    int attempt; /* 0 for the first run, k for the k-th restart */
     char job_id[64];
-    bool failed;          /* a rank failed (the first failure has been handled) */
-    bool setup_failed;    /* a rank could not be started: no verdict, no restart */
-    uint64_t fail_ns;     /* when the failure was detected */
-    int nended;           /* ranks that ended so far (their obs.order) */
+    bool failed;            /* a rank failed (the first failure has been handled) */
+    bool setup_failed;      /* a rank could not be started: no verdict, no restart */
+    uint64_t fail_ns;       /* when the failure was detected */
+    int nended;             /* ranks that ended so far (their obs.order) */
     uint64_t kill_deadline; /* 0: none armed */
-    bool killed;          /* SIGKILL sent to every rank */
+    bool killed;            /* SIGKILL sent to every rank */
     uint64_t drain_deadline;
 
-    int got_signal;       /* last forwarded signal, 0 if none */
+    int got_signal; /* last forwarded signal, 0 if none */
     int signals_seen;
-    bool keep_diag;       /* an attempt failed and left dumps: the directory is kept */
+    bool keep_diag; /* an attempt failed and left dumps: the directory is kept */
 
-    st_outbuf_t out[2];   /* [0] stdout, [1] stderr */
+    st_outbuf_t out[2]; /* [0] stdout, [1] stderr */
 
     /* Every rank's environment: the launcher's plus RANK and LOCAL_RANK, whose texts are rewritten
      * before each spawn (a vfork child must not allocate or touch the parent's environ). */
@@ -96,7 +96,7 @@ typedef struct launcher {
     char rank_kv[32], local_kv[32];
 
     char diag_dir[PATH_MAX];
-    bool diag_temp;       /* a directory the launcher made, removed after a clean run */
+    bool diag_temp; /* a directory the launcher made, removed after a clean run */
 } launcher_t;
 
 static const int forwarded_signals[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -926,7 +926,8 @@ strata_status_t strata_launch_run(const strata_launch_opts_t *o, int *exit_code)
         bool started = start_attempt(L);
         if (started && L->attempt > 0) {
             double s = (double)(st_now_ns() - L->fail_ns) / 1e9;
-            note(L, "restart %d of %d after %s; ranks started again %.2f s after the failure was "
+            note(L,
+                 "restart %d of %d after %s; ranks started again %.2f s after the failure was "
                  "detected",
                  L->attempt, o->max_restarts, last_verdict, s);
         }

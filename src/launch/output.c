@@ -5,14 +5,14 @@
  * only writer of its stdout and stderr. A line longer than 1 MiB (or one that cannot be buffered)
  * is written in pieces, the prefix only before the first.
  */
-#include "launch/launch_internal.h"
-
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "launch/launch_internal.h"
 
 #define LINE_MAX_BYTES (1 << 20) /* a longer line is written out in pieces */
 

@@ -2,14 +2,14 @@
  * (read from /proc, the only place a stopped process shows: it neither exits nor answers), and
  * which shared-memory names a job left behind in /dev/shm. Linux only, like the rest of launch.
  */
-#include "launch/launch_internal.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "launch/launch_internal.h"
 
 /* State and process group of /proc/<pid>/stat ("pid (comm) S ppid pgrp ..."); false if gone. */
 static bool read_stat(const char *pid, char *state, pid_t *pgrp)

@@ -2,11 +2,11 @@
  * and the launcher's observation of it (or null), the ranks without a dump, and the files that
  * could not be read. Field names follow the dumps' own, so a reader of one knows the other.
  */
-#include "strata/launch.h"
-
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "strata/launch.h"
 
 static const char *basis_name(strata_verdict_basis_t b)
 {
@@ -90,7 +90,8 @@ char *strata_diag_to_json(const strata_diag_t *d, const strata_verdict_t *v)
     for (int i = 0; i < d->nproblems; i++)
         json_object_array_add(probs, json_object_new_string(d->problems[i]));
     json_object_object_add(root, "problems", probs);
-    const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY);
+    const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
     char *out = s ? strdup(s) : NULL;
     json_object_put(root);
     return out;

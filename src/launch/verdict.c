@@ -7,14 +7,14 @@
  * The sentence reuses the dumps' own wording, so the launcher, `strata diagnose` and every
  * survivor's error say the same thing.
  */
-#include "base/base.h"
-#include "strata/launch.h"
-
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/base.h"
+#include "strata/launch.h"
 
 void strata_rank_ranges(const bool *flags, int n, char *buf, size_t len)
 {
@@ -69,7 +69,10 @@ static bool foreign_signal(const strata_rank_obs_t *o)
     return o->end == STRATA_RANK_SIGNALED && !o->by_launcher;
 }
 
-static bool is_stopped(const strata_rank_obs_t *o) { return o->stopped; }
+static bool is_stopped(const strata_rank_obs_t *o)
+{
+    return o->stopped;
+}
 
 /* The rank most dumps blame (ties: the one blamed by the lowest rank's dump); -1 if none. */
 static int most_blamed(const strata_diag_t *d, int *votes)

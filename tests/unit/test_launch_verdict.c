@@ -4,18 +4,19 @@
  *   - the survivors exit with status 1 before the rank that was SIGKILLed is reaped: the killed
  *     rank is named (the launcher had blamed a healthy rank over TCP);
  *   - a SIGSTOPped rank never exits: it is named from its stopped state, with the dumps' sentence;
- *   - the dumps' consensus, the one rank without a dump, and the first non-zero exit as last resort;
+ *   - the dumps' consensus, the one rank without a dump, and the first non-zero exit as last
+ * resort;
  *   - a malformed dump is reported naming the file and what was expected, and the rest is used.
  * tests/cli/faults.sh checks the same on real jobs under `strata launch`.
  */
-#include "harness/st_test.h"
-#include "strata/launch.h"
-
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "harness/st_test.h"
+#include "strata/launch.h"
 
 static char dir[64];
 
@@ -65,14 +66,17 @@ static void write_dump(int rank, int nranks, int culprit, const char *error)
 
 static strata_rank_obs_t exited(int rank, int status, int order)
 {
-    return (strata_rank_obs_t){.pid = 100 + rank, .end = STRATA_RANK_EXITED, .status = status,
-                               .order = order};
+    return (strata_rank_obs_t){
+        .pid = 100 + rank, .end = STRATA_RANK_EXITED, .status = status, .order = order};
 }
 
 static strata_rank_obs_t signaled(int rank, int sig, bool by_launcher, int order)
 {
-    return (strata_rank_obs_t){.pid = 100 + rank, .end = STRATA_RANK_SIGNALED, .status = sig,
-                               .by_launcher = by_launcher, .order = order};
+    return (strata_rank_obs_t){.pid = 100 + rank,
+                               .end = STRATA_RANK_SIGNALED,
+                               .status = sig,
+                               .by_launcher = by_launcher,
+                               .order = order};
 }
 
 /* Loads the directory with the launcher's observations (obs may be NULL: dumps alone). */
@@ -88,8 +92,8 @@ static strata_diag_t *load(const strata_rank_obs_t *obs, int n)
     return d;
 }
 
-#define STOPPED_MSG                                                                                \
-    "rank 2 (host h pid 102) failed: stopped responding during allreduce #12; ranks 0-1, 3 were "  \
+#define STOPPED_MSG                                                                               \
+    "rank 2 (host h pid 102) failed: stopped responding during allreduce #12; ranks 0-1, 3 were " \
     "waiting for it (seen by rank 0)"
 
 /* Rank 0 was SIGKILLed (by the OOM killer, say); rank 3 noticed first and exited 1 before rank 0
@@ -173,8 +177,7 @@ static void test_dumps_consensus(void **state)
     write_dump(1, 4, 3, msg);
     write_dump(2, 4, 1, "rank 1 (host h pid 101) failed: gone"); // a minority opinion
     write_dump(3, 4, -1, "the store stopped");
-    strata_rank_obs_t obs[4] = {exited(0, 1, 2), exited(1, 1, 1), exited(2, 1, 3),
-                                exited(3, 3, 4)};
+    strata_rank_obs_t obs[4] = {exited(0, 1, 2), exited(1, 1, 1), exited(2, 1, 3), exited(3, 3, 4)};
     strata_diag_t *d = load(obs, 4);
     strata_verdict_t v;
     strata_verdict_decide(d, &v);
@@ -234,9 +237,10 @@ static void test_malformed_dump(void **state)
     (void)state;
     write_dump(0, 4, 2, STOPPED_MSG);
     write_dump(3, 4, 2, STOPPED_MSG);
-    write_file("rank1.json", "{\"rank\":1, \"nranks\":4, \"host\":\"h\", \"pid\":5, \"status\":\"x\","
-                             "\n \"error\":\"e\",\n \"culprit\":\"two\", \"completed\":1, "
-                             "\"flight\":[]}\n");
+    write_file("rank1.json",
+               "{\"rank\":1, \"nranks\":4, \"host\":\"h\", \"pid\":5, \"status\":\"x\","
+               "\n \"error\":\"e\",\n \"culprit\":\"two\", \"completed\":1, "
+               "\"flight\":[]}\n");
     write_file("rank2.json", "{\"rank\":2, \"nranks\":4, \"host\"");
     write_file("notes.txt", "not a dump");
     strata_diag_t *d = load(NULL, 0);

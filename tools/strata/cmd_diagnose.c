@@ -14,22 +14,23 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: strata diagnose [--json] [--ops N] DIR\n"
-            "\n"
-            "Reads the failure dumps in DIR (STRATA_DIAG_DIR: rank<r>.json, written by each rank at\n"
-            "its first failure, and launch.json from `strata launch`) and prints the verdict (the\n"
-            "rank that caused the failure), then per rank: its status, the rank it blamed, and the\n"
-            "last N operations of its flight recorder (default %d; => marks one that never ended).\n"
-            "Ranks without a dump are listed: they were dead or stopped. A malformed dump is\n"
-            "reported, naming the file and what was expected, and the others are still used.\n"
-            "\n"
-            "  --json    one JSON document instead (verdict, ranks with dump and launcher fields)\n"
-            "  --ops N   operations shown per rank\n"
-            "\n"
-            "Exit status: 0 when a culprit was found, 1 when none could be (or DIR has no dumps),\n"
-            "2 for a usage error.\n",
-            DIAG_DEFAULT_OPS);
+    fprintf(
+        f,
+        "usage: strata diagnose [--json] [--ops N] DIR\n"
+        "\n"
+        "Reads the failure dumps in DIR (STRATA_DIAG_DIR: rank<r>.json, written by each rank at\n"
+        "its first failure, and launch.json from `strata launch`) and prints the verdict (the\n"
+        "rank that caused the failure), then per rank: its status, the rank it blamed, and the\n"
+        "last N operations of its flight recorder (default %d; => marks one that never ended).\n"
+        "Ranks without a dump are listed: they were dead or stopped. A malformed dump is\n"
+        "reported, naming the file and what was expected, and the others are still used.\n"
+        "\n"
+        "  --json    one JSON document instead (verdict, ranks with dump and launcher fields)\n"
+        "  --ops N   operations shown per rank\n"
+        "\n"
+        "Exit status: 0 when a culprit was found, 1 when none could be (or DIR has no dumps),\n"
+        "2 for a usage error.\n",
+        DIAG_DEFAULT_OPS);
 }
 
 static const char *state_name(int s)
