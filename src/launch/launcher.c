@@ -15,8 +15,10 @@
  * every rank gets SIGTERM through PR_SET_PDEATHSIG.
  *
  * Failures: when a rank exits non-zero or dies by a signal the launcher did not send, the launcher
- * looks for stopped ranks (/proc: they get SIGKILL at once, SIGTERM cannot reach them), sends
- * SIGTERM to the others' groups and SIGKILL 5 s later. When every rank is gone it decides the
+ * looks for stopped ranks (/proc: they get SIGKILL at once, SIGTERM cannot reach them), gives the
+ * others 1 s to fail on their own (the communicator tells every survivor the root cause within
+ * milliseconds, and each writes its dump on the way out: a rank SIGTERMed first writes none), then
+ * sends SIGTERM to the groups still there and SIGKILL 5 s later. When every rank is gone it decides the
  * verdict (verdict.c: the dead or stopped rank, not the first to exit), prints it, saves its
  * observations beside the dumps, and removes the job's /dev/shm names, which a killed rank cannot
  * unlink. With restarts left it starts every rank again (new port, secret and job id; the same
@@ -51,6 +53,7 @@
 #include "launch/launch_internal.h"
 #include "strata/launch.h"
 
+#define LAUNCH_SETTLE_MS     1000 /* after a failure, how long the others may fail on their own */
 #define LAUNCH_KILL_GRACE_MS 5000 /* SIGTERM, then SIGKILL this much later */
 #define LAUNCH_DRAIN_MS      1000 /* after the last rank exited, how long stray writers may linger */
 #define LAUNCH_SPARE_FDS     32 /* stdio, signal pipe, /dev/null, the exec'd program's own needs */
@@ -80,7 +83,8 @@ typedef struct launcher {
     bool setup_failed;      /* a rank could not be started: no verdict, no restart */
     uint64_t fail_ns;       /* when the failure was detected */
     int nended;             /* ranks that ended so far (their obs.order) */
-    uint64_t kill_deadline; /* 0: none armed */
+    uint64_t settle_deadline; /* 0: none armed; then SIGTERM */
+    uint64_t kill_deadline;   /* 0: none armed; then SIGKILL */
     bool killed;            /* SIGKILL sent to every rank */
     uint64_t drain_deadline;
 
@@ -660,7 +664,7 @@ static void reap(launcher_t *L)
         describe_status(st, how, sizeof how);
         note(L, "rank %d %s", r, how);
         find_stopped(L);
-        begin_teardown(L);
+        L->settle_deadline = st_deadline_ms(LAUNCH_SETTLE_MS);
     }
 }
 
@@ -694,6 +698,8 @@ static void drain_signals(launcher_t *L)
 static int poll_timeout(const launcher_t *L)
 {
     uint64_t deadline = UINT64_MAX;
+    if (L->settle_deadline && !L->kill_deadline)
+        deadline = L->settle_deadline;
     if (L->kill_deadline && !L->killed)
         deadline = L->kill_deadline;
     if (L->drain_deadline && L->drain_deadline < deadline)
@@ -737,6 +743,10 @@ static void run_loop(launcher_t *L, struct pollfd *pfds, int *which)
                 drain_signals(L);
         }
         uint64_t now = st_now_ns();
+        // Also when every rank is gone: what they started may still run.
+        if (L->settle_deadline && !L->kill_deadline &&
+            (now >= L->settle_deadline || L->alive == 0))
+            begin_teardown(L);
         if (L->kill_deadline && !L->killed && now >= L->kill_deadline) {
             if (L->alive > 0)
                 note(L, "%d rank%s still running after %d ms, sending SIGKILL", L->alive,
@@ -773,7 +783,7 @@ static bool start_attempt(launcher_t *L)
         L->streams[i] = (st_stream_t){.fd = -1};
     L->failed = L->setup_failed = L->killed = false;
     L->nended = 0;
-    L->kill_deadline = L->drain_deadline = 0;
+    L->settle_deadline = L->kill_deadline = L->drain_deadline = 0;
     strata_status_t rc = set_common_env(L);
     if (rc == STRATA_OK)
         rc = build_envp(L);

@@ -122,7 +122,10 @@ for run in 1 2 3; do stop_case $run 1 --tcp; done
 # The last shm run's dumps: kept in a temporary directory that the verdict names.
 J=$STOP_J
 D=$(dumps_dir)
-check "a failed job's temporary dump directory is kept and named" test -n "$D" -a -e "$D/rank0.json"
+check "a failed job's temporary dump directory is kept and named" test -n "$D" -a -d "$D"
+# The ranks the launcher had to terminate may have written none; the others each wrote one.
+ndumps() { ls "$D" | grep -c '^rank[0-9]*\.json$'; }
+check "the survivors' dumps are in it" test "$(ndumps)" -ge 1
 check "the launcher's observations are saved beside the dumps" test -e "$D/launch.json"
 
 # ---- rank 0, the store's host, killed ------------------------------------------------------------
@@ -163,18 +166,21 @@ check "diagnose exits 0 when it names a culprit" test "$rc" -eq 0
 check "diagnose names the stopped rank" has "^verdict: rank 2 (pid $vpid) was found stopped" "$TMP/diag.out"
 check "diagnose lists the rank without a dump" has "^rank 2: no dump: dead or stopped" "$TMP/diag.out"
 check "diagnose shows each survivor's status and whom it blamed" \
-    test "$(grep -c '^rank [013] (host .*): STRATA_ERR_[A-Z_]*, blames rank 2' "$TMP/diag.out")" -eq 3
+    test "$(grep -c '^rank [013] (host .*): STRATA_ERR_[A-Z_]*, blames rank 2' "$TMP/diag.out")" -eq "$(ndumps)"
 check "diagnose marks the operation that never ended" has "^    => allreduce #[0-9]* .* started, never ended" "$TMP/diag.out"
 "$STRATA" diagnose --json "$D" >"$TMP/diag.json"
 check "diagnose --json gives the verdict to machines" \
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=d["verdict"]
-sys.exit(not (v["rank"] == 2 and v["basis"] == "stopped" and d["no_dump"] == [2] and d["ranks"][0]["dump"]["culprit"] == 2))' "$TMP/diag.json"
+dumps=[r["dump"] for r in d["ranks"] if r["dump"]]
+sys.exit(not (v["rank"] == 2 and v["basis"] == "stopped" and 2 in d["no_dump"] and dumps
+              and all(x["culprit"] == 2 for x in dumps)))' "$TMP/diag.json"
 
 cp -r "$D" "$TMP/bad"
-sed -i 's/"culprit":2/"culprit":"two"/' "$TMP/bad/rank1.json"
+bad=$(ls "$TMP/bad" | grep '^rank[0-9]*\.json$' | head -n 1)
+sed -i 's/"culprit":2/"culprit":"two"/' "$TMP/bad/$bad"
 "$STRATA" diagnose "$TMP/bad" >"$TMP/diag.out" 2>"$TMP/diag.err"
 rc=$?
-check "a malformed dump is named with what was expected" has "rank1.json:[0-9]*: expected an integer .* for \"culprit\"" "$TMP/diag.err"
+check "a malformed dump is named with what was expected" has "$bad:[0-9]*: expected an integer .* for \"culprit\"" "$TMP/diag.err"
 check "the other dumps are still diagnosed" has "^verdict: rank 2 (pid $vpid) was found stopped" "$TMP/diag.out"
 "$STRATA" diagnose "$TMP/no-such-dir" >"$TMP/diag.out" 2>"$TMP/diag.err"
 rc=$?
