@@ -183,27 +183,6 @@ static unsigned long long raise_nofile(void)
     return rl.rlim_cur == RLIM_INFINITY ? ULLONG_MAX : (unsigned long long)rl.rlim_cur;
 }
 
-/* A port that was free a moment ago on 127.0.0.1. Rank 0 binds it moments later; another process
- * could take it in between, which makes rank 0's store fail to start (a clear error, not a hang).
- */
-static int pick_free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0)
-        return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(s, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    else
-        port = -errno;
-    close(s);
-    return port;
-}
-
 static bool random_bytes(unsigned char *buf, size_t n)
 {
     size_t got = 0;
@@ -234,6 +213,52 @@ static void hex(char *dst, const unsigned char *src, size_t n)
         dst[2 * i + 1] = digits[src[i] & 15];
     }
     dst[2 * n] = '\0';
+}
+
+/* 0 when `port` (0: any) can be bound on 127.0.0.1 now, with the port bound in *got; else -errno. */
+static int try_port(int port, int *got)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -errno;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int rc = 0;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        *got = ntohs(a.sin_port);
+    else
+        rc = -errno;
+    close(s);
+    return rc;
+}
+
+/* A port that was free a moment ago on 127.0.0.1, for rank 0's store, which binds it moments later.
+ * It is drawn below the kernel's ephemeral range (ip_local_port_range): ports there are handed out
+ * to every connect() and bind(0) on the machine, and under load (parallel tests, a busy node) one
+ * was taken in that moment often enough to fail a job. Below it, only a process binding this very
+ * port can. Falls back to any free port. Returns the port or -errno. */
+static int pick_free_port(void)
+{
+    int lo = 32768, hi = 60999, port;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    int base = lo / 2; // 16384..32767 with the default range
+    for (int i = 0; lo - base >= 1024 && i < 32; i++) {
+        unsigned char r[4];
+        if (!random_bytes(r, sizeof r))
+            break;
+        uint32_t x = (uint32_t)r[0] | (uint32_t)r[1] << 8 | (uint32_t)r[2] << 16;
+        if (try_port(base + (int)(x % (uint32_t)(lo - base)), &port) == 0)
+            return port;
+    }
+    int rc = try_port(0, &port);
+    return rc == 0 ? port : rc;
 }
 
 static int setenv_int(const char *name, long long v)

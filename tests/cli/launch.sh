@@ -115,6 +115,12 @@ env_ok() {
     [ "$(printf '%s\n' $jobs | sort -u | wc -l)" = 1 ] || { echo "job ids differ"; return 1; }
 }
 check "RANK/LOCAL_RANK distinct per rank; WORLD_SIZE, store, secret and job id shared" env_ok
+# The store's port is drawn below the ephemeral range: between launch checking it and rank 0
+# binding it, a connect() anywhere on the machine could otherwise take it (seen under ctest -j2:
+# "cannot listen on 127.0.0.1:54721: Address already in use").
+read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range
+check "MASTER_PORT lies below the ephemeral port range ($eph_lo)" \
+    test "$(awk '{print $8; exit}' "$TMP/out")" -lt "$eph_lo"
 first_secret=$(awk '{print $10; exit}' "$TMP/out")
 
 launch -n 2 --tcp --timeout-ms 1234 -- sh -c "$ENVPROG"
