@@ -14,6 +14,7 @@ typedef struct strata_cmd {
 int cmd_env(int argc, char **argv);
 int cmd_algos(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_diagnose(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_store(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -10,6 +10,8 @@
 
 static const strata_cmd_t commands[] = {
     {"launch", "start N local ranks of a program with a launcher environment", cmd_launch},
+    {"diagnose", "name the rank that caused a failed job, from its dumps (STRATA_DIAG_DIR)",
+     cmd_diagnose},
     {"bench", "measure a collective, nccl-tests style (run under strata launch)", cmd_bench},
     {"probe", "measure the fabric level by level and write a calibrated cluster file", cmd_probe},
     {"topo", "show a cluster file or Slurm topology.conf, a host's path, the local host (hwloc)",

@@ -1,0 +1,52 @@
+/* Internal to src/launch: what the process manager asks of the system (procfs.c) and its output
+ * streams (output.c). */
+#ifndef ST_LAUNCH_INTERNAL_H
+#define ST_LAUNCH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* ---- procfs.c ---- */
+
+/* Sets stopped[i] when a process of process group pgids[i] is stopped by a signal (state T:
+ * SIGSTOP, SIGTSTP); one pass over /proc. pgids[i] <= 0 is skipped. */
+void st_launch_find_stopped(const pid_t *pgids, int n, bool *stopped);
+
+/* Removes the job's shared-memory names, /dev/shm/strata-<job_id>-* (doorbells and segments a
+ * rank that died could not unlink). Returns how many were removed. */
+int st_launch_remove_shm(const char *job_id);
+
+/* ---- output.c: rank output, whole lines, optionally prefixed "[r<rank>] " ---- */
+
+#define ST_LAUNCH_READ_CHUNK 65536
+
+/* Output buffer for one destination fd; flushed whenever a line would not fit, and after each
+ * read, so a line is never split across a write that another line could get in between. */
+typedef struct st_outbuf {
+    int fd;
+    bool broken; /* EPIPE or another write error: drop output from now on */
+    size_t len;
+    char data[ST_LAUNCH_READ_CHUNK * 2];
+} st_outbuf_t;
+
+/* One rank's stdout or stderr pipe, read end. A partial line waits in buf until its newline. */
+typedef struct st_stream {
+    int fd; /* -1 once closed */
+    int rank;
+    st_outbuf_t *out; /* where its lines go */
+    bool midline;     /* an over-long line was partly written: no prefix before the rest */
+    char *buf;
+    size_t len, cap;
+} st_stream_t;
+
+void st_out_flush(st_outbuf_t *b);
+
+/* Reads once from a readable stream and writes out its complete lines. Returns true when data
+ * came, false on EOF (the stream is then closed) or when nothing was there. */
+bool st_stream_read(st_stream_t *s);
+
+/* Ends a partial last line, closes the fd and frees the buffer; no-op when already closed. */
+void st_stream_close(st_stream_t *s);
+
+#endif
