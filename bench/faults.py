@@ -331,7 +331,10 @@ def inject(a, kind, rng, job, res, victim):
         return
     t_det, m = hit
     res.detected += 1
-    res.detect_s.append(t_det - t_inj)
+    # Detected when the first rank's error names the culprit (or failure), else at the verdict.
+    first = job.find(r"(strata: error: .*(failed|stopped responding)|exited with status|killed by)",
+                     t_inj)
+    res.detect_s.append((first[0] if first and first[0] <= t_det else t_det) - t_inj)
     named = m.group(2)
     if kind in ("enospc",):
         res.named += "No space left" in m.group(0) or "write" in m.group(0) or named is not None
@@ -339,7 +342,8 @@ def inject(a, kind, rng, job, res, victim):
         res.named += 1
     else:
         res.notes.append(f"victim rank {victim}, verdict: {m.group(0)}")
-    # Recovered: the first metrics line after the restart.
+    # Recovered: the first metrics line the restarted run writes.
+    lines_before = len(job.steps())
     res_hit = job.wait_for(r"strata train: resumed at step (\d+)", t_det, 60)
     if not res_hit:
         res.hangs += 1
@@ -349,10 +353,14 @@ def inject(a, kind, rng, job, res, victim):
     if kind.startswith("ckpt_") and resumed >= res.damaged:
         res.wrong_ckpt += 1
         res.notes.append(f"resumed at step {resumed}, the damaged step is {res.damaged}")
-    if not job.wait_step(resumed + 1, 60):
+    end = time.monotonic() + 60
+    while len(job.steps()) <= lines_before and time.monotonic() < end and job.p.poll() is None:
+        time.sleep(0.02)
+    if len(job.steps()) <= lines_before:
         res.hangs += 1
+        res.notes.append("no step after the resume:\n" + job.output()[-2000:])
         return
-    # The step after the resume appears in metrics; its time is "now" to within the poll.
+    # The restarted run's first step is in metrics; its time is "now" to within the poll.
     res.recover_s.append(job.now() - t_det)
     res.lost.append(max(0, before - resumed))
 

@@ -157,7 +157,7 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     st_store_set_timeout(store, (long long)(2 * w->period_ns / 1000000u));
     rc = read_beats(ep, before);
     if (rc == STRATA_OK)
-        rc = nap_beating(ep, w, w->period_ns * 5 / 2, what, awaited);
+        rc = nap_beating(ep, w, w->period_ns * 2, what, awaited);
     if (rc == STRATA_OK && !st_ep_error(ep))
         rc = read_beats(ep, after);
     st_store_set_timeout(store, saved);

@@ -6,7 +6,7 @@
  * that long, so this costs nothing until something is wrong: it sends without awaiting an answer.
  *
  * When a wait reaches its deadline the rank takes a census: it reads every rank's heartbeat, waits
- * 2.5 periods (beating itself), and reads them again. Ranks whose beat advanced are alive and
+ * two periods (beating itself), and reads them again. Ranks whose beat advanced are alive and
  * waiting; the others are suspects (stopped, stuck outside the library, or dead). The culprit is the
  * suspect at the end of the waiting chain (it waits on no other suspect), the one most ranks wait
  * on. It is reported to the store (st_store_report), whose first notice every rank then returns:
