@@ -2,7 +2,8 @@
  * with a launcher environment, the way torchrun does for one node. It picks a free port on
  * 127.0.0.1 for the bootstrap store (rank 0 hosts it), makes a random job secret and job id, and
  * gives each rank RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
- * MASTER_ADDR/MASTER_PORT, the STRATA_* bootstrap variables, STRATA_DIAG_DIR and the restart count.
+ * MASTER_ADDR/MASTER_PORT, the STRATA_* bootstrap variables, STRATA_DIAG_DIR, STRATA_MEM_CKPT_DIR
+ * and the restart count.
  * Rank output goes through output.c; signals arrive in the same poll loop through a self-pipe.
  *
  * Process groups: each rank runs in a process group of its own (setpgid), not in the launcher's.
@@ -101,6 +102,7 @@ typedef struct launcher {
 
     char diag_dir[PATH_MAX];
     bool diag_temp; /* a directory the launcher made, removed after a clean run */
+    char mem_dir[PATH_MAX]; /* the job's memory checkpoints (tmpfs), "" when the user chose one */
 } launcher_t;
 
 static const int forwarded_signals[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -384,6 +386,44 @@ static bool archive_dumps(launcher_t *L, char *where, size_t len)
         close(to);
     closedir(d);
     return ok;
+}
+
+/* The directory where ranks keep their memory checkpoints (strata train --mem-ckpt-every): memory
+ * of this launcher, the per-host agent, which outlives any rank and every restart, and goes with
+ * the launcher. A tmpfs directory rather than the launcher's own heap: the ranks write it with the
+ * checkpoint code they use for disks, at memory speed. A STRATA_MEM_CKPT_DIR the user set is left
+ * to them. */
+static strata_status_t setup_mem_dir(launcher_t *L)
+{
+    const char *user = getenv("STRATA_MEM_CKPT_DIR");
+    if (user && *user)
+        return STRATA_OK;
+    snprintf(L->mem_dir, sizeof L->mem_dir, "/dev/shm/strata-mem-%d-XXXXXX", (int)getpid());
+    if (!mkdtemp(L->mem_dir)) {
+        // No /dev/shm (a container without it): memory checkpoints are then unavailable, and a
+        // trainer asked for them says so; the launch itself goes on.
+        L->mem_dir[0] = '\0';
+        return STRATA_OK;
+    }
+    if (setenv("STRATA_MEM_CKPT_DIR", L->mem_dir, 1) != 0)
+        return st_error_errno(STRATA_ERR_SYSTEM, errno, "setenv");
+    return STRATA_OK;
+}
+
+/* Removes the memory checkpoints' directory and what the ranks left in it (flat: files only). */
+static void remove_mem_dir(launcher_t *L)
+{
+    if (!L->mem_dir[0])
+        return;
+    DIR *d = opendir(L->mem_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    rmdir(L->mem_dir);
 }
 
 /* Chooses the dump directory: --diag-dir, else $STRATA_DIAG_DIR, else a new temporary one. */
@@ -929,6 +969,7 @@ static strata_status_t launcher_init(launcher_t *L, int *code)
     // cannot be read from a background process group, so then every rank reads /dev/null.
     L->stdin_to_rank0 = !isatty(0);
     ST_TRY(setup_diag_dir(L));
+    ST_TRY(setup_mem_dir(L));
     return setup_signals(L);
 }
 
@@ -951,6 +992,7 @@ strata_status_t strata_launch_run(const strata_launch_opts_t *o, int *exit_code)
         free(which);
         if (L->diag_temp)
             rmdir(L->diag_dir);
+        remove_mem_dir(L);
         launcher_free(L);
         return rc;
     }
@@ -1007,6 +1049,7 @@ strata_status_t strata_launch_run(const strata_launch_opts_t *o, int *exit_code)
         clear_dumps(L->diag_dir, true);
         rmdir(L->diag_dir);
     }
+    remove_mem_dir(L);
     free(pfds);
     free(which);
     launcher_free(L);

@@ -284,6 +284,21 @@ check "a second SIGTERM kills all ranks, launch exits 128+SIGTERM" test "$rc" -e
 check "the escalation is reported" has "killing all ranks" "$TMP/err"
 set +m
 
+# ---- memory that outlives the ranks ----------------------------------------------------------------
+
+# Every rank gets the same STRATA_MEM_CKPT_DIR, a directory in /dev/shm that exists while the job
+# runs (its files survive a rank) and is gone, with what the ranks wrote there, when launch ends.
+launch -n 2 --no-prefix -- sh -c 'test -d "$STRATA_MEM_CKPT_DIR" && touch "$STRATA_MEM_CKPT_DIR/r$RANK" &&
+    echo "$STRATA_MEM_CKPT_DIR"'
+memdir=$(sort -u "$TMP/out")
+mem_ok() {
+    [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/out")" -eq 2 ] && [ "$(printf '%s\n' "$memdir" | wc -l)" -eq 1 ] &&
+        case $memdir in /dev/shm/strata-mem-*) true ;; *) false ;; esac && [ ! -e "$memdir" ]
+}
+check "ranks share a memory-checkpoint directory in /dev/shm, removed with its files at the end" mem_ok
+STRATA_MEM_CKPT_DIR=$TMP/mine launch -n 1 --no-prefix -- sh -c 'echo "$STRATA_MEM_CKPT_DIR"'
+check "a STRATA_MEM_CKPT_DIR of the user's is passed on untouched" has "^$TMP/mine\$" "$TMP/out"
+
 # ---- scale ---------------------------------------------------------------------------------------
 
 launch -n 1024 -- sh -c 'echo "$RANK"'
