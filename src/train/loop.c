@@ -18,6 +18,25 @@
 #include "strata/trace.h"
 #include "train/trainer.h"
 
+/* Creates the memory checkpoint directory (0700: it sits in a tmpfs shared by every user) and makes
+ * sure it is not the disk one, whose older and newer steps its pruning would remove. */
+static strata_status_t memory_dir(const strata_train_config_t *cfg)
+{
+    const char *dir = cfg->mem_ckpt_dir;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return st_error_errno(STRATA_ERR_IO, errno, "train: cannot create the memory checkpoint "
+                              "directory %s", dir);
+    struct stat a, b;
+    if (stat(dir, &a) != 0)
+        return st_error_errno(STRATA_ERR_IO, errno, "train: memory checkpoint directory %s", dir);
+    if (cfg->ckpt_dir[0] && stat(cfg->ckpt_dir, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: the memory checkpoint directory %s is the "
+                        "checkpoint directory %s: give two directories (memory pruning keeps one "
+                        "step)", dir, cfg->ckpt_dir);
+    return STRATA_OK;
+}
+
 strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_trainer_t **out)
 {
     *out = NULL;
@@ -26,6 +45,10 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
                         cfg->seq, cfg->model.max_seq);
     if (cfg->batch < 1 || cfg->seq < 1 || cfg->steps < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "train: batch, seq and steps must be >= 1");
+    if (cfg->mem_ckpt_every > 0 && !cfg->mem_ckpt_dir[0])
+        return st_error(STRATA_ERR_INVALID_ARG, "train: memory checkpoints every %" PRId64 " steps "
+                        "need a directory (mem_ckpt_dir, e.g. the launcher's STRATA_MEM_CKPT_DIR)",
+                        cfg->mem_ckpt_every);
     strata_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
@@ -53,6 +76,8 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         rc = st_error_errno(STRATA_ERR_IO, errno, "train: cannot create %s", cfg->ckpt_dir);
         goto fail;
     }
+    if (cfg->mem_ckpt_every > 0)
+        ST_TRY_GOTO(memory_dir(cfg), rc, fail);
     if (cfg->metrics[0]) {
         t->metrics = fopen(cfg->metrics, "a");
         if (!t->metrics) {
@@ -516,6 +541,22 @@ static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, doub
     fflush(f);
 }
 
+/* A memory checkpoint: a failure every rank agrees on (a full tmpfs) is a warning, once, and the
+ * run goes on: the memory copy only shortens a recovery, the disk checkpoints are still written. */
+static strata_status_t memory_checkpoint(strata_trainer_t *t)
+{
+    bool agreed, here;
+    strata_status_t rc = st_trainer_write_step(t, true, &agreed, &here);
+    if (rc == STRATA_OK || !agreed)
+        return rc;
+    if (!t->mem_failed && (here || t->rank == 0)) // the failing ranks' reasons, rank 0's summary
+        fprintf(stderr, "strata train: warning: %s; training goes on without this memory "
+                "checkpoint (a recovery falls back to the older memory step or the disk; further "
+                "failures are not reported)\n", strata_last_error());
+    t->mem_failed = true;
+    return STRATA_OK;
+}
+
 strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
 {
     const strata_train_config_t *c = &t->cfg;
@@ -563,9 +604,13 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
         bool stop = s.stop && t->step < c->steps;
-        if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
-                               t->step == c->steps || stop))
+        bool disk = c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
+                                       t->step == c->steps || stop);
+        if (disk)
             ST_TRY(strata_trainer_checkpoint(t));
+        else if (c->mem_ckpt_every > 0 && t->step % c->mem_ckpt_every == 0)
+            ST_TRY(memory_checkpoint(t)); // a step on disk needs no memory copy: it is as new
+
         if (stop) {
             t->stopped = stop_requested(t) ? (int)*t->stop_flag : -1;
             break;
