@@ -524,7 +524,14 @@ static void put_num(FILE *f, const char *key, double v, int prec, bool g)
         fprintf(f, ",\"%s\":%.*f", key, prec, v);
 }
 
-static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, double val)
+/* The checkpoint written after a step: which (NULL: none) and its wall time. */
+typedef struct step_ckpt {
+    const char *kind; /* "disk", "memory", or "disk_failed" / "memory_failed": not committed */
+    double seconds;
+} step_ckpt_t;
+
+static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, double val,
+                          const step_ckpt_t *ck)
 {
     fprintf(f, "{\"step\":%" PRId64, s->step);
     put_num(f, "loss", s->loss, 6, false);
@@ -537,18 +544,24 @@ static void write_metrics(FILE *f, const strata_step_info_t *s, double mfu, doub
         put_num(f, "val_loss", val, 6, false);
     if (s->skipped)
         fputs(",\"skipped\":true", f);
+    if (ck->kind) {
+        fprintf(f, ",\"ckpt\":\"%s\"", ck->kind);
+        put_num(f, "ckpt_s", ck->seconds, 6, false);
+    }
     fputs("}\n", f);
     fflush(f);
 }
 
 /* A memory checkpoint: a failure every rank agrees on (a full tmpfs) is a warning, once, and the
  * run goes on: the memory copy only shortens a recovery, the disk checkpoints are still written. */
-static strata_status_t memory_checkpoint(strata_trainer_t *t)
+static strata_status_t memory_checkpoint(strata_trainer_t *t, step_ckpt_t *ck)
 {
     bool agreed, here;
     strata_status_t rc = st_trainer_write_step(t, true, &agreed, &here);
+    ck->kind = "memory";
     if (rc == STRATA_OK || !agreed)
         return rc;
+    ck->kind = "memory_failed";
     if (!t->mem_failed && (here || t->rank == 0)) // the failing ranks' reasons, rank 0's summary
         fprintf(stderr, "strata train: warning: %s; training goes on without this memory "
                 "checkpoint (a recovery falls back to the older memory step or the disk; further "
@@ -599,18 +612,26 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
             val = eval_loss(t);
         if (c->progress)
             progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
-        if (t->metrics)
-            write_metrics(t->metrics, &s, mfu, val);
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
+        // The step's checkpoint, then its metrics line (which says what was written, how fast).
         bool stop = s.stop && t->step < c->steps;
         bool disk = c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
                                        t->step == c->steps || stop);
-        if (disk)
-            ST_TRY(strata_trainer_checkpoint(t));
-        else if (c->mem_ckpt_every > 0 && t->step % c->mem_ckpt_every == 0)
-            ST_TRY(memory_checkpoint(t)); // a step on disk needs no memory copy: it is as new
-
+        step_ckpt_t ck = {NULL, 0};
+        uint64_t c0 = st_now_ns();
+        if (disk) {
+            ck.kind = "disk";
+            rc = strata_trainer_checkpoint(t);
+        } else if (c->mem_ckpt_every > 0 && t->step % c->mem_ckpt_every == 0) {
+            rc = memory_checkpoint(t, &ck); // a step on disk needs no memory copy: it is as new
+        }
+        ck.seconds = (double)(st_now_ns() - c0) * 1e-9;
+        if (rc < 0) // the run ends with the error; the line says the step was not saved
+            ck.kind = disk ? "disk_failed" : "memory_failed";
+        if (t->metrics)
+            write_metrics(t->metrics, &s, mfu, val, &ck);
+        ST_TRY(rc);
         if (stop) {
             t->stopped = stop_requested(t) ? (int)*t->stop_flag : -1;
             break;

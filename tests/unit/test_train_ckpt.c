@@ -883,6 +883,21 @@ static char *capture_end(void)
     return out;
 }
 
+/* Whether a line of the metrics file starts with `head` and contains `part`. */
+static bool metrics_line(const char *path, const char *head, const char *part)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = !strncmp(line, head, strlen(head)) && strstr(line, part);
+    fclose(f);
+    if (!found)
+        print_error("no line of %s starts with %s and holds %s\n", path, head, part);
+    return found;
+}
+
 /* A step hook that fails step *ctx, the way a dead rank ends a run: nothing of that step is kept. */
 static strata_status_t fail_at(void *ctx, strata_trainer_t *t, float *loss)
 {
@@ -956,16 +971,11 @@ static void test_mem_resume_newer(void **state)
     assert_int_equal(ri.disk_step, 4);
     assert_int_equal(ri.memory_step, 6);
     assert_memory_equal(full, part, sizeof full);
-    // The metrics file records where the run came from.
-    FILE *f = fopen(c.metrics, "r");
-    assert_non_null(f);
-    char line[1024];
-    bool found = false;
-    while (fgets(line, sizeof line, f))
-        found |= strstr(line, "{\"event\":\"resumed_from\",\"step\":6,\"source\":\"memory\"") &&
-                 strstr(line, "\"disk_step\":4,\"memory_step\":6,\"resume_s\":");
-    fclose(f);
-    assert_true(found);
+    // The metrics file says what each step wrote and where the resumed run came from.
+    assert_true(metrics_line(c.metrics, "{\"step\":4,", "\"ckpt\":\"disk\",\"ckpt_s\":"));
+    assert_true(metrics_line(c.metrics, "{\"step\":5,", "\"ckpt\":\"memory\",\"ckpt_s\":"));
+    assert_true(metrics_line(c.metrics, "{\"event\":\"resumed_from\",\"step\":6,\"source\":\"memory\"",
+                             "\"disk_step\":4,\"memory_step\":6,\"resume_s\":"));
     // Step 8 went to disk (the last step), 7 to memory; both at 8: memory preferred.
     strata_trainer_t *t;
     assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
@@ -1097,6 +1107,7 @@ static void test_mem_settings_and_failure(void **state)
 
     // The memory directory becomes a file after the trainer made it: every memory write fails.
     c = mem_cfg("d", "m");
+    snprintf(c.metrics, sizeof c.metrics, "%s/m.jsonl", tmpdir);
     assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
     rm_dir(c.mem_ckpt_dir);
     touch(tmpdir, "m");
@@ -1112,6 +1123,8 @@ static void test_mem_settings_and_failure(void **state)
     strata_trainer_destroy(t);
     int64_t steps[4];
     assert_int_equal(strata_ckpt_steps(c.ckpt_dir, steps, 4), 2); // 4 and 8
+    assert_true(metrics_line(c.metrics, "{\"step\":3,", "\"ckpt\":\"memory_failed\""));
+    assert_true(metrics_line(c.metrics, "{\"step\":4,", "\"ckpt\":\"disk\""));
     rm_dir(tmpdir);
 }
 
