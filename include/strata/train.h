@@ -263,8 +263,9 @@ STRATA_API int strata_train_config_to_json(const strata_train_config_t *cfg, cha
 typedef struct strata_trainer strata_trainer_t;
 
 /* Builds the model, opens the data, allocates optimizer state (for the whole arena), opens metrics,
- * creates the checkpoint directories. Errors: from the model, data and files; STRATA_ERR_INVALID_ARG
- * when mem_ckpt_every > 0 without mem_ckpt_dir, or when mem_ckpt_dir is ckpt_dir. */
+ * creates the checkpoint directories. Errors: from the model, data and files;
+ * STRATA_ERR_INVALID_ARG when mem_ckpt_every > 0 without mem_ckpt_dir, or when mem_ckpt_dir is
+ * ckpt_dir. */
 STRATA_API strata_status_t strata_trainer_create(const strata_train_config_t *cfg,
                                                  strata_trainer_t **out);
 STRATA_API void strata_trainer_destroy(strata_trainer_t *t);
@@ -365,8 +366,8 @@ STRATA_API strata_status_t strata_trainer_load(strata_trainer_t *t, const char *
 
 /* Resumes from the newest usable committed step in cfg.ckpt_dir and, with memory checkpoints on
  * (mem_ckpt_every > 0), cfg.mem_ckpt_dir (collective when distributed: rank 0 proposes steps newest
- * first, memory before disk at the same step, every rank assembles the proposal, a step is taken only
- * when it assembled on every rank). A memory step is proposed only when it belongs to this run: its
+ * first, memory before disk at the same step, every rank assembles the proposal, a step is taken
+ * only when it assembled on every rank). A memory step is proposed only when it belongs to this run: its
  * run id is that of the newest readable manifest on disk when the disk has a committed step, and
  * otherwise its recorded training config equals this trainer's. A step refused for any reason is
  * reported on stderr (a warning naming the file or the run and why) and the previous one is tried,
@@ -374,7 +375,8 @@ STRATA_API strata_status_t strata_trainer_load(strata_trainer_t *t, const char *
  *   a step was usable             -> STRATA_OK, *resumed_step = that step, the run id adopted;
  *   no checkpoint files at all    -> STRATA_OK, *resumed_step = 0 (a fresh start; the caller says so);
  *   files but no usable step      -> STRATA_ERR_PARSE naming the newest step's problem, or the disk
- *                                    files left without a committed step: never a silent fresh start.
+ *                                    files left without a committed step: never a silent fresh
+ *                                    start.
  * Files of a memory directory without a committed step (a first memory write that was cut short)
  * do not prevent a fresh start. Temporaries of dead writers are removed first. Rank 0 appends a
  * "resumed_from" record to the metrics file (docs/train.md). */

@@ -1,9 +1,10 @@
-/* zlib's crc32 (polynomial 0xEDB88320, reflected) of the checkpoint files: slicing-by-8 tables on any
- * CPU, and on x86-64 with PCLMULQDQ the folding method of Intel's "Fast CRC Computation for Generic
- * Polynomials Using PCLMULQDQ Instruction" (2009), as in Chromium's zlib (crc32_simd.c): four 128-bit
- * lanes folded 64 bytes at a time, then one lane, then a Barrett reduction to 32 bits. The folded
- * path runs ~10x faster than the tables (a memory checkpoint checksums its whole shard every step);
- * both give the same value, which tests/unit/test_train_ckpt.c checks against a bitwise reference. */
+/* zlib's crc32 (polynomial 0xEDB88320, reflected) of the checkpoint files: slicing-by-8 tables on
+ * any CPU, and on x86-64 with PCLMULQDQ the folding method of Intel's "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ Instruction" (2009), as in Chromium's zlib (crc32_simd.c):
+ * four 128-bit lanes folded 64 bytes at a time, then one lane, then a Barrett reduction to 32 bits.
+ * The folded path runs ~8x faster than the tables (a memory checkpoint checksums its whole shard
+ * every step); both give the same value, which tests/unit/test_train_ckpt.c checks against a
+ * bitwise reference. */
 #include <stdint.h>
 
 #include "train/ckpt_internal.h"
@@ -92,13 +93,13 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold(uint32_t crc, 
         x1 = _mm_xor_si128(_mm_xor_si128(x1, _mm_loadu_si128((const __m128i *)p)), x5);
     }
     // 128 bits to 64, then 64 to 32 (k5), then the Barrett reduction (mu, P').
-    __m128i x2b = _mm_clmulepi64_si128(x1, k3k4, 0x10);
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2b);
-    x2b = _mm_srli_si128(x1, 4);
-    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5k0, 0x00), x2b);
-    x2b = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);
-    x2b = _mm_clmulepi64_si128(_mm_and_si128(x2b, low32), poly, 0x00);
-    x1 = _mm_xor_si128(x1, x2b);
+    __m128i r = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), r);
+    r = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5k0, 0x00), r);
+    r = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);
+    r = _mm_clmulepi64_si128(_mm_and_si128(r, low32), poly, 0x00);
+    x1 = _mm_xor_si128(x1, r);
     return (uint32_t)_mm_extract_epi32(x1, 1);
 }
 

@@ -1,9 +1,9 @@
 /* The trainer's checkpoints: writing this rank's file, committing a step once every rank's file is
- * known written (the manifest, then pruning, decided by rank 0 for the whole job), to the disk or to
- * memory (a directory that outlives the ranks, not the host: no fsync, one step kept), and resume
- * from the newest committed step of either that assembles on every rank and belongs to this run;
- * never a silent fresh start. The file format is checkpoint.c, the step (manifest, assembly, pruning
- * rules) ckpt_step.c. */
+ * known written (the manifest, then pruning, decided by rank 0 for the whole job), to the disk or
+ * to memory (a directory that outlives the ranks, not the host: no fsync, one step kept), and
+ * resume from the newest committed step of either that assembles on every rank and belongs to this
+ * run; never a silent fresh start. The file format is checkpoint.c, the step (manifest, assembly,
+ * pruning rules) ckpt_step.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,8 +403,8 @@ static void record_resume(strata_trainer_t *t)
     char secs[32];
     snprintf(secs, sizeof secs, "%.6f", ri->seconds);
     json_object_object_add(o, "resume_s", json_object_new_double_s(ri->seconds, secs));
-    fprintf(t->metrics, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+    int flags = JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE;
+    fprintf(t->metrics, "%s\n", json_object_to_json_string_ext(o, flags));
     fflush(t->metrics);
     json_object_put(o);
 }

@@ -263,7 +263,8 @@ static int memory_failure_rank(int rank, int n, void *arg)
     strata_trainer_destroy(t);
     int64_t steps[2];
     if (strata_ckpt_steps(j->mem, steps, 2) != 0)
-        return ST_RANK_FAIL("memory step %lld committed without rank 1's shard", (long long)steps[0]);
+        return ST_RANK_FAIL("memory step %lld committed without rank 1's shard",
+                            (long long)steps[0]);
     strata_comm_destroy(comm);
     return 0;
 }

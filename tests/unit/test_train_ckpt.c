@@ -898,7 +898,7 @@ static bool metrics_line(const char *path, const char *head, const char *part)
     return found;
 }
 
-/* A step hook that fails step *ctx, the way a dead rank ends a run: nothing of that step is kept. */
+/* A step hook that fails step *ctx, the way a dead rank ends a run: nothing of the step is kept. */
 static strata_status_t fail_at(void *ctx, strata_trainer_t *t, float *loss)
 {
     (void)loss;
@@ -949,7 +949,8 @@ static strata_train_config_t mem_cfg(const char *disk, const char *mem)
 
 /* Memory newer than the disk: a run that dies at step 7 left disk step 4 and memory step 6 (one
  * memory step kept, none written at a disk step); resume takes memory step 6, says so in the
- * metrics, and steps 7-8 are those of an uninterrupted run. At the same step memory is preferred. */
+ * metrics, and steps 7-8 are those of an uninterrupted run. At the same step memory is
+ * preferred. */
 static void test_mem_resume_newer(void **state)
 {
     (void)state;
@@ -974,7 +975,8 @@ static void test_mem_resume_newer(void **state)
     // The metrics file says what each step wrote and where the resumed run came from.
     assert_true(metrics_line(c.metrics, "{\"step\":4,", "\"ckpt\":\"disk\",\"ckpt_s\":"));
     assert_true(metrics_line(c.metrics, "{\"step\":5,", "\"ckpt\":\"memory\",\"ckpt_s\":"));
-    assert_true(metrics_line(c.metrics, "{\"event\":\"resumed_from\",\"step\":6,\"source\":\"memory\"",
+    assert_true(metrics_line(c.metrics,
+                             "{\"event\":\"resumed_from\",\"step\":6,\"source\":\"memory\"",
                              "\"disk_step\":4,\"memory_step\":6,\"resume_s\":"));
     // Step 8 went to disk (the last step), 7 to memory; both at 8: memory preferred.
     strata_trainer_t *t;
@@ -992,8 +994,8 @@ static void test_mem_resume_newer(void **state)
 }
 
 /* Memory refused, disk used: a corrupt memory shard (named), and a memory step of another run (the
- * run id of the disk's checkpoints is not its own) are refused with a warning; resume continues from
- * disk step 4 and replays 5-8 exactly. */
+ * run id of the disk's checkpoints is not its own) are refused with a warning; resume continues
+ * from disk step 4 and replays 5-8 exactly. */
 static void test_mem_resume_refused(void **state)
 {
     (void)state;
