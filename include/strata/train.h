@@ -222,6 +222,9 @@ typedef struct strata_train_config {
     char ckpt_dir[1024];   /* "" = no checkpoints */
     int64_t ckpt_every;    /* steps between checkpoints (0 = only at the end) */
     int ckpt_keep;         /* newest committed checkpoint steps kept (2) */
+    char mem_ckpt_dir[1024]; /* memory checkpoints: a directory that outlives the ranks but not the
+                                host (tmpfs, e.g. the launcher's STRATA_MEM_CKPT_DIR) */
+    int64_t mem_ckpt_every;  /* steps between memory checkpoints (0 = none; needs mem_ckpt_dir) */
     strata_nonfinite_t nonfinite; /* a non-finite loss or gradient norm: stop (default) or skip */
     char metrics[1024];    /* JSON-lines file ("" = none) */
     char trace[1024];      /* Chrome trace of one step ("" = none) */
@@ -245,7 +248,8 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
 /* Reads a JSON training config over *cfg: {"model": {...}, "data": "...", "batch": 8, "seq": 64,
  * "steps": 100, "seed": 1, "optimizer": "adamw"|"lamb", "lr": 1e-3, "min_lr": ..., "warmup": ...,
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
- * "ckpt_keep", "metrics", "trace", "trace_step", "eval_every", "eval_batches", "val_fraction",
+ * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
+ * "eval_batches", "val_fraction",
  * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
@@ -259,8 +263,10 @@ STRATA_API int strata_train_config_to_json(const strata_train_config_t *cfg, cha
 
 typedef struct strata_trainer strata_trainer_t;
 
-/* Builds the model, opens the data, allocates optimizer state (for the whole arena), opens metrics.
- * Errors: from the model, data and files. */
+/* Builds the model, opens the data, allocates optimizer state (for the whole arena), opens metrics,
+ * creates the checkpoint directories. Errors: from the model, data and files;
+ * STRATA_ERR_INVALID_ARG when mem_ckpt_every > 0 without mem_ckpt_dir, or when mem_ckpt_dir is
+ * ckpt_dir. */
 STRATA_API strata_status_t strata_trainer_create(const strata_train_config_t *cfg,
                                                  strata_trainer_t **out);
 STRATA_API void strata_trainer_destroy(strata_trainer_t *t);
@@ -351,20 +357,47 @@ STRATA_API const char *strata_trainer_run_id(const strata_trainer_t *t);
  * that failed and the failing ranks on the others. */
 STRATA_API strata_status_t strata_trainer_checkpoint(strata_trainer_t *t);
 
+/* Writes a memory checkpoint of the current step to cfg.mem_ckpt_dir: the same files, identity,
+ * validation and two phases as strata_trainer_checkpoint, without the fsyncs (the copy must survive
+ * the death of a rank, not of the host), and then every other step of that directory is removed,
+ * older or newer (one step is kept: two only while the next is being written). Collective. Errors
+ * as strata_trainer_checkpoint; strata_trainer_run reports a failed memory checkpoint as a warning
+ * and goes on (the disk checkpoints are still there). */
+STRATA_API strata_status_t strata_trainer_checkpoint_memory(strata_trainer_t *t);
+
 /* Restores from one unsharded checkpoint file (parameters, optimizer state, step, run id), outside
  * the step/manifest machinery. Errors as strata_ckpt_open plus a shape mismatch. */
 STRATA_API strata_status_t strata_trainer_load(strata_trainer_t *t, const char *path);
 
-/* Resumes from the newest usable committed step in cfg.ckpt_dir (collective when distributed: rank
- * 0 proposes steps newest first, every rank assembles the proposal, a step is taken only when it
- * assembled on every rank). A step refused for any reason is reported on stderr (a warning naming
- * the file and why) and the previous one is tried, on any rank count or stage. Outcomes:
+/* Resumes from the newest usable committed step in cfg.ckpt_dir and, with memory checkpoints on
+ * (mem_ckpt_every > 0), cfg.mem_ckpt_dir (collective when distributed: rank 0 proposes steps newest
+ * first, memory before disk at the same step, every rank assembles the proposal, a step is taken
+ * only when it assembled on every rank). A memory step is proposed only when it belongs to this run: its
+ * run id is that of the newest readable manifest on disk when the disk has a committed step, and
+ * otherwise its recorded training config equals this trainer's. A step refused for any reason is
+ * reported on stderr (a warning naming the file or the run and why) and the previous one is tried,
+ * on any rank count or stage. Outcomes:
  *   a step was usable             -> STRATA_OK, *resumed_step = that step, the run id adopted;
  *   no checkpoint files at all    -> STRATA_OK, *resumed_step = 0 (a fresh start; the caller says so);
- *   files but no usable step      -> STRATA_ERR_PARSE naming the newest step's problem, or the files
- *                                    left without a committed step: never a silent fresh start.
- * Temporaries of dead writers are removed first. */
+ *   files but no usable step      -> STRATA_ERR_PARSE naming the newest step's problem, or the disk
+ *                                    files left without a committed step: never a silent fresh
+ *                                    start.
+ * Files of a memory directory without a committed step (a first memory write that was cut short)
+ * do not prevent a fresh start. Temporaries of dead writers are removed first. Rank 0 appends a
+ * "resumed_from" record to the metrics file (docs/train.md). */
 STRATA_API strata_status_t strata_trainer_resume(strata_trainer_t *t, int64_t *resumed_step);
+
+/* Where the last strata_trainer_resume took its step from. */
+typedef struct strata_resume_info {
+    int64_t step;        /* the step resumed at (0: a fresh start) */
+    bool from_memory;    /* taken from cfg.mem_ckpt_dir, else from cfg.ckpt_dir */
+    int64_t disk_step;   /* the newest committed step on disk, usable or not (-1: none) */
+    int64_t memory_step; /* the newest committed step in memory, usable or not (-1: none or off) */
+    double seconds;      /* the resume's wall time (finding, checking and loading the step) */
+} strata_resume_info_t;
+
+/* The outcome of the last strata_trainer_resume (all zero and -1 before one). */
+STRATA_API strata_resume_info_t strata_trainer_resume_info(const strata_trainer_t *t);
 
 /* GEMM peak of this CPU, measured (GFLOP/s of a square sgemm at the current BLAS threads); used for
  * MFU. Takes about half a second. */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "strata/status.h"
+#include "strata/train.h"
 
 /* Steps, element counts and offsets read back must lie in [0, ST_CKPT_INT_MAX] (2^53: exact in a
  * double, far beyond any run). */
@@ -32,10 +33,25 @@ void st_ckpt_put_crc(char *text, size_t at, uint32_t crc);
 bool st_ckpt_parse_crc(const char *s, uint32_t *out);
 
 /* Writes the concatenation of n buffers to path atomically: a temporary file beside it
- * (st_ckpt_tmp_name), fsync, rename, fsync of the directory; the temporary is removed on failure.
+ * (st_ckpt_tmp_name), [fsync,] rename[, fsync of the directory]; the temporary is removed on
+ * failure.
+ * `durable` asks for the fsyncs: a disk checkpoint must survive the host; a memory checkpoint
+ * (tmpfs) needs only to survive the process, which the rename alone gives on any file system.
  * Errors: STRATA_ERR_IO naming the file and the system's reason (e.g. "No space left on device"). */
 strata_status_t st_ckpt_write_atomic(const char *path, const void *const *bufs, const size_t *lens,
-                                     int n);
+                                     int n, bool durable);
+
+/* strata_ckpt_write and strata_ckpt_commit (which are these with durable = true). */
+strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                              const strata_ckpt_meta_t *meta, strata_ckpt_digest_t *digest,
+                              bool durable);
+strata_status_t st_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m, bool durable);
+
+/* Removes every checkpoint file of every step of dir but `step`, older or newer, committed or left
+ * over (manifests first, so a step stops existing before its shards go); temporaries stay (see
+ * strata_ckpt_clean_tmp). The pruning of a memory directory, which holds one step of one job.
+ * Returns the files removed. */
+int st_ckpt_keep_only(const char *dir, int64_t step);
 
 /* The temporary file of a writer: <path>.tmp.<pid>.<host>, so a later run can tell whether its writer
  * is still alive (same host, live pid). */

@@ -211,6 +211,11 @@ static const char *base_name(const char *path)
 
 strata_status_t strata_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m)
 {
+    return st_ckpt_commit(dir, m, true);
+}
+
+strata_status_t st_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m, bool durable)
+{
     char path[2048], file[2048], num[32];
     manifest_path(dir, m->step, path, sizeof path);
     if (m->nranks < 1 || m->nranks > ST_CKPT_RANKS_MAX || !m->shards || m->step < 0 ||
@@ -256,7 +261,7 @@ strata_status_t strata_ckpt_commit(const char *dir, const strata_ckpt_manifest_t
     } else {
         st_ckpt_put_crc(buf, at, crc);
         const void *bufs[1] = {buf};
-        rc = st_ckpt_write_atomic(path, bufs, &len, 1);
+        rc = st_ckpt_write_atomic(path, bufs, &len, 1, durable);
     }
     free(buf);
     return rc;
@@ -618,6 +623,24 @@ static void remove_file(const char *dir, const char *name, int *removed)
         (*removed)++;
 }
 
+/* Removes every file (temporaries excepted) of every step older than `below` that is not one of
+ * kept[0..nk): manifests first (pass 0), so a step stops existing before any of its shards goes. */
+static int remove_steps(const char *dir, int64_t below, const int64_t *kept, int nk)
+{
+    int nf, removed = 0;
+    ck_file_t *fs = scan(dir, &nf);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nf; i++) {
+            bool manifest = fs[i].rank == -2, doomed = !fs[i].tmp && fs[i].step < below;
+            for (int k = 0; k < nk && doomed; k++)
+                doomed = fs[i].step != kept[k];
+            if (doomed && manifest == (pass == 0))
+                remove_file(dir, fs[i].name, &removed);
+        }
+    free(fs);
+    return removed;
+}
+
 int strata_ckpt_prune(const char *dir, int64_t newest, int keep)
 {
     int64_t steps[4096], kept[1024];
@@ -635,19 +658,12 @@ int strata_ckpt_prune(const char *dir, int64_t newest, int keep)
         strata_ckpt_manifest_free(&m);
         kept[nk++] = steps[i];
     }
-    int nf, removed = 0;
-    ck_file_t *fs = scan(dir, &nf);
-    // Manifests first (pass 0), so a step stops existing before any of its shards goes.
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < nf; i++) {
-            bool manifest = fs[i].rank == -2, doomed = !fs[i].tmp && fs[i].step < newest;
-            for (int k = 0; k < nk && doomed; k++)
-                doomed = fs[i].step != kept[k];
-            if (doomed && manifest == (pass == 0))
-                remove_file(dir, fs[i].name, &removed);
-        }
-    free(fs);
-    return removed;
+    return remove_steps(dir, newest, kept, nk);
+}
+
+int st_ckpt_keep_only(const char *dir, int64_t step)
+{
+    return remove_steps(dir, INT64_MAX, &step, 1);
 }
 
 int strata_ckpt_clean_tmp(const char *dir)

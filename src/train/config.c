@@ -42,8 +42,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
-        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite",
-        "straggler_window", NULL};
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
+        "mem_ckpt_every", "straggler_window", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -90,6 +90,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("threads", 0, 1024, c->threads);
     GET_I64("ckpt_every", 0, 1 << 30, c->ckpt_every);
     GET_I64("ckpt_keep", 1, 1000, c->ckpt_keep);
+    GET_I64("mem_ckpt_every", 0, 1 << 30, c->mem_ckpt_every);
     GET_I64("trace_step", 1, 1 << 30, c->trace_step);
     GET_I64("eval_every", 0, 1 << 30, c->eval_every);
     GET_I64("eval_batches", 1, 1 << 20, c->eval_batches);
@@ -101,6 +102,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
 #undef GET_F
     ST_TRY_GOTO(st_json_get_string(&doc, r, "ckpt_dir", 0, false, c->ckpt_dir, sizeof c->ckpt_dir),
                 rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "mem_ckpt_dir", 0, false, c->mem_ckpt_dir,
+                                   sizeof c->mem_ckpt_dir), rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "metrics", 0, false, c->metrics, sizeof c->metrics),
                 rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "trace", 0, false, c->trace, sizeof c->trace), rc, out);

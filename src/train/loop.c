@@ -18,6 +18,25 @@
 #include "strata/trace.h"
 #include "train/trainer.h"
 
+/* Creates the memory checkpoint directory (0700: it sits in a tmpfs shared by every user) and makes
+ * sure it is not the disk one, whose older and newer steps its pruning would remove. */
+static strata_status_t memory_dir(const strata_train_config_t *cfg)
+{
+    const char *dir = cfg->mem_ckpt_dir;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return st_error_errno(STRATA_ERR_IO, errno, "train: cannot create the memory checkpoint "
+                              "directory %s", dir);
+    struct stat a, b;
+    if (stat(dir, &a) != 0)
+        return st_error_errno(STRATA_ERR_IO, errno, "train: memory checkpoint directory %s", dir);
+    if (cfg->ckpt_dir[0] && stat(cfg->ckpt_dir, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: the memory checkpoint directory %s is the "
+                        "checkpoint directory %s: give two directories (memory pruning keeps one "
+                        "step)", dir, cfg->ckpt_dir);
+    return STRATA_OK;
+}
+
 strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_trainer_t **out)
 {
     *out = NULL;
@@ -26,6 +45,10 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
                         cfg->seq, cfg->model.max_seq);
     if (cfg->batch < 1 || cfg->seq < 1 || cfg->steps < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "train: batch, seq and steps must be >= 1");
+    if (cfg->mem_ckpt_every > 0 && !cfg->mem_ckpt_dir[0])
+        return st_error(STRATA_ERR_INVALID_ARG, "train: memory checkpoints every %" PRId64 " steps "
+                        "need a directory (mem_ckpt_dir, e.g. the launcher's STRATA_MEM_CKPT_DIR)",
+                        cfg->mem_ckpt_every);
     strata_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
@@ -53,6 +76,8 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         rc = st_error_errno(STRATA_ERR_IO, errno, "train: cannot create %s", cfg->ckpt_dir);
         goto fail;
     }
+    if (cfg->mem_ckpt_every > 0)
+        ST_TRY_GOTO(memory_dir(cfg), rc, fail);
     if (cfg->metrics[0]) {
         t->metrics = fopen(cfg->metrics, "a");
         if (!t->metrics) {
@@ -517,8 +542,14 @@ static void put_num(FILE *f, const char *key, double v, int prec, bool g)
         fprintf(f, ",\"%s\":%.*f", key, prec, v);
 }
 
+/* The checkpoint written after a step: which (NULL: none) and its wall time. */
+typedef struct step_ckpt {
+    const char *kind; /* "disk", "memory", or "disk_failed" / "memory_failed": not committed */
+    double seconds;
+} step_ckpt_t;
+
 static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_info_t *s,
-                          double mfu, double val)
+                          double mfu, double val, const step_ckpt_t *ck)
 {
     fprintf(f, "{\"step\":%" PRId64, s->step);
     put_num(f, "loss", s->loss, 6, false);
@@ -531,6 +562,10 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
         put_num(f, "val_loss", val, 6, false);
     if (s->skipped)
         fputs(",\"skipped\":true", f);
+    if (ck->kind) {
+        fprintf(f, ",\"ckpt\":\"%s\"", ck->kind);
+        put_num(f, "ckpt_s", ck->seconds, 6, false);
+    }
     if (s->straggler >= 0) {
         fprintf(f, ",\"straggler\":%d", s->straggler);
         put_num(f, "straggler_x", s->straggler_ratio, 3, false);
@@ -543,6 +578,24 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     }
     fputs("}\n", f);
     fflush(f);
+}
+
+/* A memory checkpoint: a failure every rank agrees on (a full tmpfs) is a warning, once, and the
+ * run goes on: the memory copy only shortens a recovery, the disk checkpoints are still written. */
+static strata_status_t memory_checkpoint(strata_trainer_t *t, step_ckpt_t *ck)
+{
+    bool agreed, here;
+    strata_status_t rc = st_trainer_write_step(t, true, &agreed, &here);
+    ck->kind = "memory";
+    if (rc == STRATA_OK || !agreed)
+        return rc;
+    ck->kind = "memory_failed";
+    if (!t->mem_failed && (here || t->rank == 0)) // the failing ranks' reasons, rank 0's summary
+        fprintf(stderr, "strata train: warning: %s; training goes on without this memory "
+                "checkpoint (a recovery falls back to the older memory step or the disk; further "
+                "failures are not reported)\n", strata_last_error());
+    t->mem_failed = true;
+    return STRATA_OK;
 }
 
 strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
@@ -587,14 +640,26 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
             val = eval_loss(t);
         if (c->progress)
             progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
-        if (t->metrics)
-            write_metrics(t, t->metrics, &s, mfu, val);
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
+        // The step's checkpoint, then its metrics line (which says what was written, how fast).
         bool stop = s.stop && t->step < c->steps;
-        if (c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
-                               t->step == c->steps || stop))
-            ST_TRY(strata_trainer_checkpoint(t));
+        bool disk = c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
+                                       t->step == c->steps || stop);
+        step_ckpt_t ck = {NULL, 0};
+        uint64_t c0 = st_now_ns();
+        if (disk) {
+            ck.kind = "disk";
+            rc = strata_trainer_checkpoint(t);
+        } else if (c->mem_ckpt_every > 0 && t->step % c->mem_ckpt_every == 0) {
+            rc = memory_checkpoint(t, &ck); // a step on disk needs no memory copy: it is as new
+        }
+        ck.seconds = (double)(st_now_ns() - c0) * 1e-9;
+        if (rc < 0) // the run ends with the error; the line says the step was not saved
+            ck.kind = disk ? "disk_failed" : "memory_failed";
+        if (t->metrics)
+            write_metrics(t, t->metrics, &s, mfu, val, &ck);
+        ST_TRY(rc);
         if (stop) {
             t->stopped = stop_requested(t) ? (int)*t->stop_flag : -1;
             break;

@@ -24,6 +24,8 @@ struct strata_trainer {
     char run_id[17];
     const volatile sig_atomic_t *stop_flag;
     int stopped;           /* strata_trainer_stopped */
+    strata_resume_info_t resumed; /* strata_trainer_resume_info */
+    bool mem_failed;       /* a memory checkpoint failed (warned once) */
     /* data parallel (strata_trainer_distribute): NULL zero = single process */
     strata_comm_t *comm;
     strata_zero_t *zero;
@@ -38,6 +40,13 @@ struct strata_trainer {
 /* Sums n doubles over the ranks in place (in the engine's collective order); nothing to do in one
  * process. Collective. */
 strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n);
+
+/* Writes and commits a checkpoint of the current step to the disk (cfg.ckpt_dir, durable, pruned to
+ * cfg.ckpt_keep steps) or to memory (cfg.mem_ckpt_dir, no fsync, every other step removed).
+ * Collective. On failure *agreed tells whether every rank fails this step alike (a file that could
+ * not be written, a manifest not committed: the job may go on) or not (a collective failed), and
+ * *here whether the failure is this rank's own (its message names its file) or another rank's. */
+strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *agreed, bool *here);
 
 /* A fresh run id (16 hex digits) from the system's entropy. */
 void st_trainer_new_run_id(char out[17]);

@@ -21,7 +21,7 @@ A=(--data data/corpus/strata_tales.txt --layers 2 --heads 2 --dim 32 --seq 32 --
    --steps 1000000 --warmup 5 --lr 3e-3 --threads 1 --quiet --zero 3 --ckpt-every 1000000)
 fail=0
 
-lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+lines() { if [ -f "$1" ]; then grep -c '^{"step"' "$1" || true; else echo 0; fi; }
 
 # run_until NAME MIN_LINES [train flags...]: starts the job, waits for MIN_LINES metrics lines,
 # sends SIGTERM to the launcher, waits; leaves the launcher's status in $W/NAME.rc.
@@ -43,9 +43,10 @@ run_until() {
     echo "$rc" >"$W/$name.rc"
 }
 
-laststep() { tail -n 1 "$1" | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
-firststep() { head -n 1 "$1" | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
-key() { sed -E 's/("grad_norm":[^,]*).*/\1/' "$1"; }
+# The step lines of a metrics file (a resumed run's also holds a "resumed_from" event).
+laststep() { grep '^{"step"' "$1" | tail -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
+firststep() { grep '^{"step"' "$1" | head -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
+key() { grep '^{"step"' "$1" | sed -E 's/("grad_norm":[^,]*).*/\1/'; }
 
 # 1. Stopped by SIGTERM: a final checkpoint of the last step logged.
 run_until a 3 --ckpt-dir "$W/ck"

@@ -9,12 +9,18 @@
  *     same step, a final checkpoint of it is committed, the flagged rank reports its signal, the
  *     others -1; a resume on another ZeRO stage continues from that step;
  *   - rank 2 is 60 ms slower than the others in every step (its hook sleeps): every rank's step
- *     reports rank 2 as the straggler once three windows have shown it, and never another rank. */
+ *     reports rank 2 as the straggler once three windows have shown it, and never another rank;
+ *   - memory checkpoints every step and disk ones every 4 (ZeRO-3): a job that dies at step 7 on
+ *     every rank resumes from memory step 6 (every rank's shard, rank 0's manifest), and steps 7-8
+ *     are those of the uninterrupted job;
+ *   - rank 1 cannot write its memory shard (a file size limit): every rank agrees the step is not
+ *     committed, warns, and trains on. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "harness/st_test.h"
@@ -22,6 +28,7 @@
 
 typedef struct job {
     char dir[256];
+    char mem[300];   /* memory checkpoints every step there when set */
     char corpus[1024];
     int stage;
     strata_nonfinite_t policy;
@@ -47,6 +54,12 @@ static strata_train_config_t job_cfg(const job_t *j)
     c.straggler_window = j->straggler_window;
     snprintf(c.data, sizeof c.data, "%s", j->corpus);
     snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", j->dir);
+    if (j->mem[0]) {
+        c.steps = 8;
+        c.ckpt_every = 4;
+        c.mem_ckpt_every = 1;
+        snprintf(c.mem_ckpt_dir, sizeof c.mem_ckpt_dir, "%s", j->mem);
+    }
     return c;
 }
 
@@ -215,6 +228,92 @@ static int straggler_rank(int rank, int n, void *arg)
     return 0;
 }
 
+/* Fails step *ctx on every rank (before its collectives), the way a dead rank ends a job. */
+static strata_status_t fail_at(void *ctx, strata_trainer_t *t, float *loss)
+{
+    (void)loss;
+    return strata_trainer_step_count(t) + 1 == *(const int64_t *)ctx ? STRATA_ERR_ABORTED
+                                                                     : STRATA_OK;
+}
+
+static int memory_resume_rank(int rank, int n, void *arg)
+{
+    (void)rank, (void)n;
+    const job_t *j = arg;
+    strata_comm_t *comm = st_test_comm();
+    // The job dies at step 7: disk step 4, memory step 6 left.
+    strata_trainer_t *t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    int64_t fail = 7;
+    float part[8] = {0}, whole[8];
+    strata_trainer_set_sync(t, fail_at, &fail);
+    if (strata_trainer_run(t, part) != STRATA_ERR_ABORTED || strata_trainer_step_count(t) != 6)
+        return ST_RANK_FAIL("the job did not stop at step 7: %s", strata_last_error());
+    strata_trainer_destroy(t);
+    int64_t steps[4];
+    if (strata_ckpt_steps(j->mem, steps, 4) != 1 || steps[0] != 6 ||
+        strata_ckpt_steps(j->dir, steps, 4) != 1 || steps[0] != 4)
+        return ST_RANK_FAIL("expected memory step 6 and disk step 4");
+    // It resumes from memory step 6 and runs 7-8.
+    t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    int64_t at = 0;
+    ST_RANK_CHECK_OK(strata_trainer_resume(t, &at));
+    strata_resume_info_t ri = strata_trainer_resume_info(t);
+    if (at != 6 || !ri.from_memory || ri.disk_step != 4 || ri.memory_step != 6)
+        return ST_RANK_FAIL("resumed at %lld (memory %d, disk has %lld), expected memory step 6",
+                            (long long)at, ri.from_memory, (long long)ri.disk_step);
+    ST_RANK_CHECK_OK(strata_trainer_run(t, part));
+    strata_trainer_destroy(t);
+    // The same job uninterrupted (its memory checkpoints elsewhere, no disk ones).
+    job_t ref = *j;
+    ref.dir[0] = 0;
+    snprintf(ref.mem, sizeof ref.mem, "%s/refmem", j->dir);
+    t = make_trainer(&ref, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    ST_RANK_CHECK_OK(strata_trainer_run(t, whole));
+    strata_trainer_destroy(t);
+    for (int s = 0; s < 8; s++)
+        if (whole[s] != part[s])
+            return ST_RANK_FAIL("step %d: loss %.9g with the memory resume, %.9g uninterrupted",
+                                s + 1, (double)part[s], (double)whole[s]);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
+/* Rank 1 alone cannot write (a file size limit, SIGXFSZ ignored: write() fails with EFBIG). */
+static int memory_failure_rank(int rank, int n, void *arg)
+{
+    (void)n;
+    job_t *j = arg;
+    j->dir[0] = 0; // memory checkpoints only
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = make_trainer(j, comm);
+    if (!t)
+        return ST_RANK_FAIL("trainer: %s", strata_last_error());
+    // One step first: the transports' shared-memory files are made (the limit would refuse them).
+    ST_RANK_CHECK_OK(strata_trainer_step(t, NULL));
+    if (rank == 1) {
+        struct rlimit lim = {4096, 4096};
+        signal(SIGXFSZ, SIG_IGN);
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+            return ST_RANK_FAIL("setrlimit failed");
+    }
+    ST_RANK_CHECK_OK(strata_trainer_run(t, NULL));
+    if (strata_trainer_step_count(t) != 8)
+        return ST_RANK_FAIL("stopped at step %lld", (long long)strata_trainer_step_count(t));
+    strata_trainer_destroy(t);
+    int64_t steps[2];
+    if (strata_ckpt_steps(j->mem, steps, 2) != 0)
+        return ST_RANK_FAIL("memory step %lld committed without rank 1's shard",
+                            (long long)steps[0]);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
 static job_t new_job(int stage, strata_nonfinite_t policy)
 {
     job_t j = {.stage = stage, .policy = policy, .straggler_window = 20, .steps = 6};
@@ -255,6 +354,24 @@ static void test_nonfinite_skip(void **state)
     }
 }
 
+static void test_memory_resume(void **state)
+{
+    (void)state;
+    job_t j = new_job(3, STRATA_NONFINITE_STOP);
+    snprintf(j.mem, sizeof j.mem, "%s/mem", j.dir);
+    assert_int_equal(st_test_ranks(3, memory_resume_rank, &j, NULL), 0);
+    rm_job(&j);
+}
+
+static void test_memory_failure(void **state)
+{
+    (void)state;
+    job_t j = new_job(3, STRATA_NONFINITE_STOP);
+    snprintf(j.mem, sizeof j.mem, "%s/mem", j.dir);
+    assert_int_equal(st_test_ranks(3, memory_failure_rank, &j, NULL), 0);
+    rm_job(&j);
+}
+
 static void test_stop_agreed(void **state)
 {
     (void)state;
@@ -280,6 +397,8 @@ int main(void)
         cmocka_unit_test(test_nonfinite_skip),
         cmocka_unit_test(test_stop_agreed),
         cmocka_unit_test(test_straggler),
+        cmocka_unit_test(test_memory_resume),
+        cmocka_unit_test(test_memory_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

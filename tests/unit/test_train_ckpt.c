@@ -7,7 +7,9 @@
  * leftovers of interrupted writes, temporaries of dead writers only). */
 #include "harness/st_test.h"
 #include "strata/train.h"
+#include "train/ckpt_internal.h"
 
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <signal.h>
@@ -826,6 +828,308 @@ static void test_prune(void **state)
     rm_dir(tmpdir);
 }
 
+/* ---- memory checkpoints ------------------------------------------------------------------------- */
+
+/* The folded crc32 (PCLMULQDQ where the CPU has it) equals a bitwise reference for every length
+ * around its block sizes, every alignment, and when continued across calls. */
+static void test_crc32(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    unsigned char *buf = malloc(N + 8);
+    assert_non_null(buf);
+    uint32_t x = 12345;
+    for (int i = 0; i < N + 8; i++)
+        buf[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 16);
+    for (size_t len = 0; len <= N; len += len < 300 ? 1 : 97)
+        for (int off = 0; off < 4; off++)
+            if (st_crc32(7, buf + off, len) != ref_crc32(7, buf + off, len))
+                fail_msg("crc32 of %zu bytes at offset %d differs from the reference", len, off);
+    uint32_t a = st_crc32(st_crc32(0, buf, 1000), buf + 1000, N - 1000);
+    assert_int_equal(a, ref_crc32(0, buf, N));
+    assert_int_equal(st_crc32(0, "123456789", 9), 0xCBF43926u); // the standard check value
+    free(buf);
+}
+
+/* Redirects stderr to a file until capture_end, which returns what was written (malloc'd). */
+static int saved_stderr = -1;
+
+static void capture_begin(void)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    saved_stderr = dup(2);
+    assert_true(dup2(fd, 2) == 2);
+    close(fd);
+}
+
+static char *capture_end(void)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char *out = calloc(1 << 16, 1);
+    assert_non_null(out);
+    size_t n = fread(out, 1, (1 << 16) - 1, f);
+    out[n] = 0;
+    fclose(f);
+    return out;
+}
+
+/* Whether a line of the metrics file starts with `head` and contains `part`. */
+static bool metrics_line(const char *path, const char *head, const char *part)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = !strncmp(line, head, strlen(head)) && strstr(line, part);
+    fclose(f);
+    if (!found)
+        print_error("no line of %s starts with %s and holds %s\n", path, head, part);
+    return found;
+}
+
+/* A step hook that fails step *ctx, the way a dead rank ends a run: nothing of the step is kept. */
+static strata_status_t fail_at(void *ctx, strata_trainer_t *t, float *loss)
+{
+    (void)loss;
+    return strata_trainer_step_count(t) + 1 == *(const int64_t *)ctx ? STRATA_ERR_ABORTED
+                                                                     : STRATA_OK;
+}
+
+/* Runs c (its checkpoints as configured) until step `fail` fails. */
+static void run_until_failure(const strata_train_config_t *c, int64_t fail)
+{
+    strata_trainer_t *t;
+    assert_int_equal(strata_trainer_create(c, &t), STRATA_OK);
+    strata_trainer_set_sync(t, fail_at, &fail);
+    assert_int_equal(strata_trainer_run(t, NULL), STRATA_ERR_ABORTED);
+    assert_int_equal(strata_trainer_step_count(t), fail - 1);
+    strata_trainer_destroy(t);
+}
+
+/* Resumes c (expecting `want_step`, from memory or not) and runs it to the end into losses (indexed
+ * by step - 1); returns the resume's outcome. */
+static strata_resume_info_t resume_run(const strata_train_config_t *c, int64_t want_step,
+                                       bool want_memory, float *losses)
+{
+    strata_trainer_t *t;
+    assert_int_equal(strata_trainer_create(c, &t), STRATA_OK);
+    int64_t at;
+    if (strata_trainer_resume(t, &at) != STRATA_OK)
+        fail_msg("resume: %s", strata_last_error());
+    strata_resume_info_t ri = strata_trainer_resume_info(t);
+    if (at != want_step || ri.step != at || ri.from_memory != want_memory)
+        fail_msg("resumed at step %lld (from memory: %d), expected %lld (%d)", (long long)at,
+                 ri.from_memory, (long long)want_step, want_memory);
+    assert_int_equal(strata_trainer_run(t, losses), STRATA_OK);
+    strata_trainer_destroy(t);
+    return ri;
+}
+
+static strata_train_config_t mem_cfg(const char *disk, const char *mem)
+{
+    strata_train_config_t c = small_cfg();
+    if (disk)
+        snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s/%s", tmpdir, disk);
+    snprintf(c.mem_ckpt_dir, sizeof c.mem_ckpt_dir, "%s/%s", tmpdir, mem);
+    c.ckpt_every = 4;
+    c.mem_ckpt_every = 1;
+    return c;
+}
+
+/* Memory newer than the disk: a run that dies at step 7 left disk step 4 and memory step 6 (one
+ * memory step kept, none written at a disk step); resume takes memory step 6, says so in the
+ * metrics, and steps 7-8 are those of an uninterrupted run. At the same step memory is
+ * preferred. */
+static void test_mem_resume_newer(void **state)
+{
+    (void)state;
+    setup_paths();
+    strata_train_config_t ref = small_cfg(), c = mem_cfg("d", "m");
+    snprintf(c.metrics, sizeof c.metrics, "%s/m.jsonl", tmpdir);
+    float full[8], part[8];
+    run_losses(&ref, full, false, 0);
+    run_until_failure(&c, 7);
+    int64_t steps[8];
+    assert_int_equal(strata_ckpt_steps(c.ckpt_dir, steps, 8), 1);
+    assert_int_equal(steps[0], 4);
+    assert_int_equal(strata_ckpt_steps(c.mem_ckpt_dir, steps, 8), 1);
+    assert_int_equal(steps[0], 6);
+    assert_false(exists(c.mem_ckpt_dir, "ckpt_00000005.safetensors"));
+    memcpy(part, full, sizeof part);
+    part[6] = part[7] = 0;
+    strata_resume_info_t ri = resume_run(&c, 6, true, part);
+    assert_int_equal(ri.disk_step, 4);
+    assert_int_equal(ri.memory_step, 6);
+    assert_memory_equal(full, part, sizeof full);
+    // The metrics file says what each step wrote and where the resumed run came from.
+    assert_true(metrics_line(c.metrics, "{\"step\":4,", "\"ckpt\":\"disk\",\"ckpt_s\":"));
+    assert_true(metrics_line(c.metrics, "{\"step\":5,", "\"ckpt\":\"memory\",\"ckpt_s\":"));
+    assert_true(metrics_line(c.metrics,
+                             "{\"event\":\"resumed_from\",\"step\":6,\"source\":\"memory\"",
+                             "\"disk_step\":4,\"memory_step\":6,\"resume_s\":"));
+    // Step 8 went to disk (the last step), 7 to memory; both at 8: memory preferred.
+    strata_trainer_t *t;
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
+    int64_t at;
+    assert_int_equal(strata_trainer_resume(t, &at), STRATA_OK);
+    assert_int_equal(at, 8);
+    assert_false(strata_trainer_resume_info(t).from_memory);
+    assert_int_equal(strata_trainer_resume_info(t).memory_step, 7);
+    assert_int_equal(strata_trainer_checkpoint_memory(t), STRATA_OK);
+    strata_trainer_destroy(t);
+    assert_false(exists(c.mem_ckpt_dir, "ckpt_00000007.manifest.json"));
+    resume_run(&c, 8, true, NULL);
+    rm_dir(tmpdir);
+}
+
+/* Memory refused, disk used: a corrupt memory shard (named), and a memory step of another run (the
+ * run id of the disk's checkpoints is not its own) are refused with a warning; resume continues
+ * from disk step 4 and replays 5-8 exactly. */
+static void test_mem_resume_refused(void **state)
+{
+    (void)state;
+    setup_paths();
+    strata_train_config_t ref = small_cfg(), c = mem_cfg("d", "m");
+    float full[8], part[8];
+    run_losses(&ref, full, false, 0);
+    run_until_failure(&c, 7);
+    char shard[2048];
+    strata_ckpt_path(c.mem_ckpt_dir, 6, 0, 1, shard, sizeof shard);
+    assert_int_equal(truncate(shard, 1000), 0);
+    memcpy(part, full, sizeof part);
+    memset(part + 4, 0, 4 * sizeof(float));
+    capture_begin();
+    strata_resume_info_t ri = resume_run(&c, 4, false, part);
+    char *err = capture_end();
+    assert_true(has(err, "refusing memory step 6: "));
+    assert_true(has(err, shard));
+    free(err);
+    assert_int_equal(ri.memory_step, 6);
+    assert_memory_equal(full, part, sizeof full);
+
+    // Another run (another seed) left memory step 6 in the directory of this one.
+    strata_train_config_t o = mem_cfg(NULL, "m");
+    o.seed = 2;
+    run_until_failure(&o, 7);
+    assert_int_equal(strata_ckpt_steps(c.mem_ckpt_dir, (int64_t[1]){0}, 1), 1);
+    strata_ckpt_manifest_t mf;
+    assert_int_equal(strata_ckpt_manifest_read(c.mem_ckpt_dir, 6, &mf), STRATA_OK);
+    char foreign[17];
+    snprintf(foreign, sizeof foreign, "%s", mf.run_id);
+    strata_ckpt_manifest_free(&mf);
+    // The disk holds steps 4 and 8 of this run now: back to 4, so the foreign step is the newest.
+    char path[2048];
+    snprintf(path, sizeof path, "%s/ckpt_00000008.manifest.json", c.ckpt_dir);
+    assert_int_equal(unlink(path), 0);
+    capture_begin();
+    resume_run(&c, 4, false, NULL);
+    err = capture_end();
+    snprintf(path, sizeof path, "%s/ckpt_00000006.manifest.json: it belongs to run %s",
+             c.mem_ckpt_dir, foreign);
+    assert_true(has(err, path));
+    assert_true(has(err, "a memory directory of another job?"));
+    free(err);
+    rm_dir(tmpdir);
+}
+
+/* Memory only (no --ckpt-dir): resume from memory; a memory step of another training config is
+ * refused and, nothing else being there, the resume fails instead of starting over; memory files
+ * without a committed step (a first memory write cut short) allow a fresh start. */
+static void test_mem_only(void **state)
+{
+    (void)state;
+    setup_paths();
+    strata_train_config_t ref = small_cfg(), c = mem_cfg(NULL, "m");
+    float full[8], part[8];
+    run_losses(&ref, full, false, 0);
+    run_until_failure(&c, 5);
+    memcpy(part, full, sizeof part);
+    memset(part + 4, 0, 4 * sizeof(float));
+    strata_resume_info_t ri = resume_run(&c, 4, true, part);
+    assert_int_equal(ri.disk_step, -1);
+    assert_memory_equal(full, part, sizeof full);
+
+    strata_train_config_t o = c;
+    o.lr *= 2;
+    strata_trainer_t *t;
+    int64_t at;
+    assert_int_equal(strata_trainer_create(&o, &t), STRATA_OK);
+    assert_int_equal(strata_trainer_resume(t, &at), STRATA_ERR_PARSE);
+    assert_true(has(strata_last_error(), "another training config (\"lr\" recorded"));
+    assert_true(has(strata_last_error(), "refusing to start over"));
+    strata_trainer_destroy(t);
+
+    assert_int_equal(strata_ckpt_steps(c.mem_ckpt_dir, (int64_t[1]){0}, 1), 1);
+    char m[2048];
+    snprintf(m, sizeof m, "%s/ckpt_00000008.manifest.json", c.mem_ckpt_dir);
+    assert_int_equal(unlink(m), 0);
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
+    assert_int_equal(strata_trainer_resume(t, &at), STRATA_OK);
+    assert_int_equal(at, 0);
+    strata_trainer_destroy(t);
+    rm_dir(tmpdir);
+}
+
+/* The settings: memory checkpoints need a directory, and not the disk one; the JSON keys. A memory
+ * checkpoint that cannot be written is one warning and the run goes on (the disk's are written). */
+static void test_mem_settings_and_failure(void **state)
+{
+    (void)state;
+    setup_paths();
+    strata_train_config_t c = mem_cfg("d", "m");
+    strata_trainer_t *t;
+    c.mem_ckpt_dir[0] = 0;
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_ERR_INVALID_ARG);
+    assert_true(has(strata_last_error(), "need a directory"));
+    snprintf(c.mem_ckpt_dir, sizeof c.mem_ckpt_dir, "%s/d/.", tmpdir);
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_ERR_INVALID_ARG);
+    assert_true(has(strata_last_error(), "is the checkpoint directory"));
+
+    char js[256];
+    snprintf(js, sizeof js, "%s/c.json", tmpdir);
+    FILE *f = fopen(js, "w");
+    assert_non_null(f);
+    fputs("{\"mem_ckpt_every\": 3, \"mem_ckpt_dir\": \"/dev/shm/x\"}\n", f);
+    fclose(f);
+    strata_train_config_t j = strata_train_config_default();
+    assert_int_equal(strata_train_config_load(js, &j), STRATA_OK);
+    assert_int_equal(j.mem_ckpt_every, 3);
+    assert_string_equal(j.mem_ckpt_dir, "/dev/shm/x");
+
+    // The memory directory becomes a file after the trainer made it: every memory write fails.
+    c = mem_cfg("d", "m");
+    snprintf(c.metrics, sizeof c.metrics, "%s/m.jsonl", tmpdir);
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
+    rm_dir(c.mem_ckpt_dir);
+    touch(tmpdir, "m");
+    capture_begin();
+    strata_status_t rc = strata_trainer_run(t, NULL);
+    char *err = capture_end();
+    assert_int_equal(rc, STRATA_OK);
+    assert_int_equal(strata_trainer_step_count(t), 8);
+    assert_true(has(err, "Not a directory; training goes on without this memory checkpoint"));
+    const char *first = strstr(err, "training goes on");
+    assert_null(first ? strstr(first + 1, "training goes on") : NULL); // warned once, not 8 times
+    free(err);
+    strata_trainer_destroy(t);
+    int64_t steps[4];
+    assert_int_equal(strata_ckpt_steps(c.ckpt_dir, steps, 4), 2); // 4 and 8
+    assert_true(metrics_line(c.metrics, "{\"step\":3,", "\"ckpt\":\"memory_failed\""));
+    assert_true(metrics_line(c.metrics, "{\"step\":4,", "\"ckpt\":\"disk\""));
+    rm_dir(tmpdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -842,6 +1146,11 @@ int main(void)
         cmocka_unit_test(test_nonfinite_stop),
         cmocka_unit_test(test_nonfinite_skip),
         cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_crc32),
+        cmocka_unit_test(test_mem_resume_newer),
+        cmocka_unit_test(test_mem_resume_refused),
+        cmocka_unit_test(test_mem_only),
+        cmocka_unit_test(test_mem_settings_and_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

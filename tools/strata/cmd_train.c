@@ -23,6 +23,9 @@ static void usage(FILE *f)
             "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
             "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
             "  --ckpt-dir DIR --ckpt-every N --keep N --resume   checkpoints (safetensors)\n"
+            "  --mem-ckpt-every K  also a memory checkpoint every K steps (a restart resumes from\n"
+            "                     it, losing at most K steps, when it is newer than the disk's)\n"
+            "  --mem-ckpt-dir DIR  its directory [$STRATA_MEM_CKPT_DIR, set by strata launch]\n"
             "  --nonfinite stop|skip   a NaN/inf loss or gradient norm stops the run or skips\n"
             "                     the step's update [stop]\n"
             "  --metrics FILE     JSON lines, one per step\n"
@@ -134,6 +137,32 @@ static int tier_colors(strata_comm_t *comm, const strata_train_config_t *cfg,
     return 0;
 }
 
+/* The resume line: where the step came from, and what the other place had. */
+static void print_resumed(const strata_train_config_t *cfg, strata_resume_info_t ri,
+                          const char *run)
+{
+    bool mem = cfg->mem_ckpt_every > 0;
+    char disk[64] = "no --ckpt-dir", memory[64] = "none";
+    if (cfg->ckpt_dir[0] && ri.disk_step >= 0)
+        snprintf(disk, sizeof disk, "%lld", (long long)ri.disk_step);
+    else if (cfg->ckpt_dir[0])
+        snprintf(disk, sizeof disk, "none");
+    if (ri.memory_step >= 0)
+        snprintf(memory, sizeof memory, "step %lld", (long long)ri.memory_step);
+    if (ri.step > 0 && ri.from_memory)
+        fprintf(stderr, "strata train: resumed from memory step %lld (disk has %s) in %.2f s: %s "
+                "(run %s)\n", (long long)ri.step, disk, ri.seconds, cfg->mem_ckpt_dir, run);
+    else if (ri.step > 0)
+        fprintf(stderr, "strata train: resumed at step %lld from %s (run %s)%s%s\n",
+                (long long)ri.step, cfg->ckpt_dir, run, mem ? "; memory has " : "",
+                mem ? memory : "");
+    else
+        fprintf(stderr, "strata train: --resume: no checkpoint in %s%s%s (empty or new); "
+                "starting from step 0\n", cfg->ckpt_dir[0] ? cfg->ckpt_dir : "",
+                cfg->ckpt_dir[0] && mem ? " or memory " : mem ? "memory " : "",
+                mem ? cfg->mem_ckpt_dir : "");
+}
+
 int cmd_train(int argc, char **argv)
 {
     strata_train_config_t cfg = strata_train_config_default();
@@ -146,7 +175,7 @@ int cmd_train(int argc, char **argv)
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
-           O_NONFINITE, O_STRAGGLER, O_HELP };
+           O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -159,7 +188,8 @@ int cmd_train(int argc, char **argv)
         {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
         {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
         {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
-        {"nonfinite", 1, 0, O_NONFINITE}, {"straggler-window", 1, 0, O_STRAGGLER},
+        {"nonfinite", 1, 0, O_NONFINITE}, {"mem-ckpt-dir", 1, 0, O_MEMDIR},
+        {"mem-ckpt-every", 1, 0, O_MEMEVERY}, {"straggler-window", 1, 0, O_STRAGGLER},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -239,6 +269,12 @@ int cmd_train(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_MEMDIR: snprintf(cfg.mem_ckpt_dir, sizeof cfg.mem_ckpt_dir, "%s", optarg); break;
+        case O_MEMEVERY:
+            if (!num(flag, optarg, 0, 1e12, &d))
+                return 2;
+            cfg.mem_ckpt_every = (int64_t)d;
+            break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -255,8 +291,20 @@ int cmd_train(int argc, char **argv)
         cfg.model.max_seq = cfg.seq;
     if (maxseq_set && !seq_set)
         cfg.seq = cfg.model.max_seq;
-    if (resume && !cfg.ckpt_dir[0])
-        return cmd_fail("give --ckpt-dir DIR", "--resume needs a checkpoint directory");
+    // Memory checkpoints: the directory given, else the launcher's (one per launch, kept across
+    // its restarts of the ranks, removed when it exits).
+    const char *env_mem = getenv("STRATA_MEM_CKPT_DIR");
+    if (cfg.mem_ckpt_every > 0 && !cfg.mem_ckpt_dir[0] && env_mem && env_mem[0])
+        snprintf(cfg.mem_ckpt_dir, sizeof cfg.mem_ckpt_dir, "%s", env_mem);
+    if (cfg.mem_ckpt_every > 0 && !cfg.mem_ckpt_dir[0]) {
+        fprintf(stderr, "strata train: --mem-ckpt-every %lld needs a directory that outlives the "
+                "ranks: --mem-ckpt-dir DIR (e.g. under /dev/shm), or run under strata launch, "
+                "which sets STRATA_MEM_CKPT_DIR\n", (long long)cfg.mem_ckpt_every);
+        return 2;
+    }
+    if (resume && !cfg.ckpt_dir[0] && cfg.mem_ckpt_every == 0)
+        return cmd_fail("give --ckpt-dir DIR (or --mem-ckpt-every K)",
+                        "--resume needs a checkpoint directory");
     if (cfg.hpz[0] && cfg.tiers == 3)
         return cmd_fail("give one of them", "--hpz and --tiers 3 are two different partitions");
     // A launcher's environment with more than one rank: data parallel.
@@ -300,12 +348,8 @@ int cmd_train(int argc, char **argv)
                           strata_last_error());
             goto out;
         }
-        if (rank == 0 && step > 0)
-            fprintf(stderr, "strata train: resumed at step %lld from %s (run %s)\n",
-                    (long long)step, cfg.ckpt_dir, strata_trainer_run_id(t));
-        else if (rank == 0)
-            fprintf(stderr, "strata train: --resume: no checkpoint in %s (empty or new); starting "
-                    "from step 0\n", cfg.ckpt_dir);
+        if (rank == 0)
+            print_resumed(&cfg, strata_trainer_resume_info(t), strata_trainer_run_id(t));
     }
     if (strata_trainer_run(t, NULL) < 0) {
         rc = cmd_fail(NULL, "%s", strata_last_error());
