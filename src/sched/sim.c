@@ -40,7 +40,7 @@ static int cmp_event(const void *a, const void *b)
         return x->time_s < y->time_s ? -1 : 1;
     if (x->kind != y->kind)
         return (int)x->kind - (int)y->kind;
-    return x->id - y->id;
+    return (x->id > y->id) - (x->id < y->id); // ids come from the file: no subtraction
 }
 
 static double urand(uint64_t *s)
@@ -216,7 +216,8 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
         strata_trace_free(out);
         return rc;
     }
-    qsort(out->ev, (size_t)out->nevents, sizeof *out->ev, cmp_event);
+    if (out->nevents > 1) // a trace of comments only has no array: qsort(NULL, 0) is undefined
+        qsort(out->ev, (size_t)out->nevents, sizeof *out->ev, cmp_event);
     return STRATA_OK;
 }
 
