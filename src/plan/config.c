@@ -15,7 +15,8 @@ strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int he
                         .hidden = hidden,
                         .heads = heads,
                         .kv_heads = heads,
-                        .ffn = 4 * hidden,
+                        // 0 for a hidden size out of range (validation names hidden): no overflow
+                        .ffn = hidden <= STRATA_MODEL_MAX_HIDDEN ? 4 * hidden : 0,
                         .vocab = vocab,
                         .seq = seq,
                         .mlp = STRATA_MLP_GELU,
@@ -30,17 +31,18 @@ strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int he
 strata_status_t strata_model_validate(const strata_model_t *m)
 {
     const char *n = m->name[0] ? m->name : "model";
-#define POS(field)    \
-    if (m->field < 1) \
-    return st_error(STRATA_ERR_INVALID_ARG, "%s: expected " #field " >= 1, got %d", n, m->field)
-    POS(layers);
-    POS(hidden);
-    POS(heads);
-    POS(kv_heads);
-    POS(ffn);
-    POS(vocab);
-    POS(seq);
-#undef POS
+#define RANGE(field, max)                                                                          \
+    if (m->field < 1 || m->field > (max))                                                          \
+    return st_error(STRATA_ERR_INVALID_ARG, "%s: expected " #field " from 1 to %d, got %d", n,     \
+                    (max), m->field)
+    RANGE(layers, STRATA_MODEL_MAX_LAYERS);
+    RANGE(hidden, STRATA_MODEL_MAX_HIDDEN);
+    RANGE(heads, m->hidden);
+    RANGE(kv_heads, m->heads);
+    RANGE(ffn, STRATA_MODEL_MAX_FFN);
+    RANGE(vocab, STRATA_MODEL_MAX_VOCAB);
+    RANGE(seq, STRATA_MODEL_MAX_SEQ);
+#undef RANGE
     if (m->hidden % m->heads)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: expected heads (%d) to divide hidden (%d)", n,
                         m->heads, m->hidden);
@@ -280,8 +282,9 @@ strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
                         "training: expected global_batch and micro_batch >= 1, "
                         "got %d and %d",
                         t->global_batch, t->micro_batch);
-    if (t->seq < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq >= 0, got %d", t->seq);
+    if (t->seq < 0 || t->seq > STRATA_MODEL_MAX_SEQ)
+        return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq from 0 to %d, got %d",
+                        STRATA_MODEL_MAX_SEQ, t->seq);
     if ((unsigned)t->precision > STRATA_PREC_FP32 || (unsigned)t->optimizer > STRATA_OPT_LAMB ||
         (unsigned)t->recompute > STRATA_RECOMPUTE_FULL)
         return st_error(STRATA_ERR_INVALID_ARG,

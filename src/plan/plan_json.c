@@ -19,15 +19,17 @@ static strata_status_t model_from(const st_json_doc_t *d, strata_model_t *m)
     ST_TRY(st_json_check_keys(d, o, "model", keys));
     *m = strata_model_gpt("model", 1, 1, 1, 1, 1);
     ST_TRY(st_json_get_string(d, o, "name", 0, false, m->name, sizeof m->name));
-    ST_TRY(st_json_get_int(d, o, "layers", 0, true, 1, BIG, &m->layers));
-    ST_TRY(st_json_get_int(d, o, "hidden", 0, true, 1, BIG, &m->hidden));
-    ST_TRY(st_json_get_int(d, o, "heads", 0, true, 1, BIG, &m->heads));
+    // Each size within its STRATA_MODEL_MAX_*, so that no product of them overflows (the default
+    // ffn, 4 x hidden, did for a hidden of 2^30: found by fuzzing).
+    ST_TRY(st_json_get_int(d, o, "layers", 0, true, 1, STRATA_MODEL_MAX_LAYERS, &m->layers));
+    ST_TRY(st_json_get_int(d, o, "hidden", 0, true, 1, STRATA_MODEL_MAX_HIDDEN, &m->hidden));
+    ST_TRY(st_json_get_int(d, o, "heads", 0, true, 1, m->hidden, &m->heads));
     m->kv_heads = m->heads;
     m->ffn = 4 * m->hidden;
-    ST_TRY(st_json_get_int(d, o, "kv_heads", 0, false, 1, BIG, &m->kv_heads));
-    ST_TRY(st_json_get_int(d, o, "ffn", 0, false, 1, BIG, &m->ffn));
-    ST_TRY(st_json_get_int(d, o, "vocab", 0, true, 1, BIG, &m->vocab));
-    ST_TRY(st_json_get_int(d, o, "seq", 0, true, 1, BIG, &m->seq));
+    ST_TRY(st_json_get_int(d, o, "kv_heads", 0, false, 1, m->heads, &m->kv_heads));
+    ST_TRY(st_json_get_int(d, o, "ffn", 0, false, 1, STRATA_MODEL_MAX_FFN, &m->ffn));
+    ST_TRY(st_json_get_int(d, o, "vocab", 0, true, 1, STRATA_MODEL_MAX_VOCAB, &m->vocab));
+    ST_TRY(st_json_get_int(d, o, "seq", 0, true, 1, STRATA_MODEL_MAX_SEQ, &m->seq));
     char s[32] = "gelu";
     ST_TRY(st_json_get_string(d, o, "mlp", 0, false, s, sizeof s));
     if (!strcmp(s, "gelu"))
@@ -135,7 +137,7 @@ static strata_status_t training_from(const st_json_doc_t *d, void *out)
     *t = strata_training_default();
     ST_TRY(st_json_get_int(d, o, "global_batch", 0, true, 1, BIG, &t->global_batch));
     ST_TRY(st_json_get_int(d, o, "micro_batch", 0, false, 1, BIG, &t->micro_batch));
-    ST_TRY(st_json_get_int(d, o, "seq", 0, false, 0, BIG, &t->seq));
+    ST_TRY(st_json_get_int(d, o, "seq", 0, false, 0, STRATA_MODEL_MAX_SEQ, &t->seq));
     ST_TRY(enum_field(d, o, "precision", p_prec, &t->precision));
     ST_TRY(enum_field(d, o, "optimizer", p_opt, &t->optimizer));
     ST_TRY(enum_field(d, o, "recompute", p_rc, &t->recompute));

@@ -179,6 +179,17 @@ static void test_json_errors(void **state)
                   "\"kv_heads\": 4, \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\"}\n");
     assert_int_equal(strata_model_load(p, &m), STRATA_OK);
     assert_int_equal(m.mlp, STRATA_MLP_SWIGLU);
+    // Sizes beyond STRATA_MODEL_MAX_*: refused naming the field, before 4 x hidden (the default
+    // ffn) overflowed an int (UBSan; found by fuzzing `strata plan --model FILE`).
+    p = write_tmp("{\"layers\": 2, \"heads\": 4, \"vocab\": 10, \"seq\": 8,\n"
+                  " \"hidden\": 1073741824}\n");
+    expect_parse_error(strata_model_load(p, &m), p, 2, "\"hidden\"");
+    p = write_tmp("{\"layers\": 2, \"hidden\": 64, \"heads\": 4, \"seq\": 8,\n"
+                  " \"vocab\": 1073741824}\n");
+    expect_parse_error(strata_model_load(p, &m), p, 2, "\"vocab\"");
+    m = strata_model_gpt("api", 2, 1 << 30, 4, 10, 8); // the constructor does not overflow either
+    assert_int_equal(strata_model_validate(&m), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "hidden"));
     p = write_tmp("{\n \"global_batch\": 64,\n \"recompute\": \"sometimes\"\n}\n");
     expect_parse_error(strata_training_load(p, &tr), p, 3, "recompute");
     p = write_tmp("{\n \"name\": \"x\",\n \"peak_tflops_16\": 100,\n \"memory_GiB\": -3,\n"
