@@ -42,6 +42,12 @@ static void test_hostname_order(void **state)
     assert_true(strata_hostname_cmp("a2b10", "a2b9") > 0);
     assert_int_equal(strata_hostname_cmp("gpu01", "gpu01"), 0);
     assert_true(strata_hostname_cmp("abc", "abd") < 0);
+    // Equal values, different padding: two hosts (the fuzzer found "n000" == "n0"), ordered
+    // consistently so a sorted index finds each.
+    assert_true(strata_hostname_cmp("n1", "n01") < 0);
+    assert_true(strata_hostname_cmp("n01", "n1") > 0);
+    assert_true(strata_hostname_cmp("n01", "n2") < 0);
+    assert_true(strata_hostname_cmp("r01n1", "r1n01") > 0);
 }
 
 static void test_tree_form(void **state)
