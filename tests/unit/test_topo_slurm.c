@@ -121,6 +121,10 @@ static void test_errors(void **state)
     expect_error("SwitchName=s0 Nodes=n1 LinkSpeed=fast\n", "bad.conf:1: expected LinkSpeed=");
     expect_error("# nothing\n", "expected at least one Nodes=");
     expect_error("SwitchName=s0 Nodes\n", "bad.conf:1: expected Key=Value");
+    // Keys after BlockSizes= had no switch (index -1): a heap overflow found by fuzzing.
+    expect_error("BlockName=b1 Nodes=n[1-2]\nBlockSizes=2 LinkSpeed=5\n",
+                 "bad.conf:2: expected BlockSizes= alone");
+    expect_error("BlockName=b1 Nodes=n1\nBlockSizes=2 Nodes=n1\n", "bad.conf:2: expected BlockSizes=");
     strata_slurm_topo_t t;
     assert_int_equal(strata_slurm_topo_load("/nonexistent/topology.conf", &t), STRATA_ERR_IO);
 }
