@@ -216,6 +216,18 @@ static void test_csv_errors(void **state)
     assert_int_equal(strata_vtable_load(p, &t), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), ":1: expected a column named"));
     strata_vtable_free(&t);
+    // tp, cp, pp and dp of 2^30 each (the column maximum): their product overflowed a long long
+    // in the planner's check (UBSan, found by fuzzing); now the row is refused.
+    p = write_tmp("id,source,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq,gpus,cluster,"
+                  "accelerator,tp,cp,pp,vp,dp,global_batch,micro_batch,schedule,zero,"
+                  "zero_secondary,recompute,sequence_parallel,flash_attention,precision,optimizer,"
+                  "overlap,order,metric,measured,calibrate,notes\n"
+                  "big,x,gpt,24,2304,24,24,9216,51200,2048,32,dgx-a100-superpod,a100-80gb,"
+                  "1073741824,1073741824,1073741824,1,1073741824,512,1,1f1b,0,1,full,no,no,fp16,"
+                  "adam,none,,tflops_megatron,137,yes,\n");
+    assert_int_equal(strata_vtable_load(p, &t), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), ":2: column tp: expected tp*cp*pp*dp"));
+    strata_vtable_free(&t);
     unlink(p);
 }
 

@@ -5,6 +5,7 @@
 #include "harness/st_test.h"
 #include "strata/sched.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +291,19 @@ static void test_plan_json(void **state)
     fclose(f);
     assert_int_equal(strata_job_load_plan(path, &j), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), "tp"));
+    // Four sizes of 2^20 (each within the reader's range): their product overflowed a long long
+    // in strata_job_world (UBSan); now it saturates and placement refuses the job.
+    f = fopen(path, "w");
+    fputs("{\"config\": {\"tp\": 1048576, \"cp\": 1048576, \"pp\": 1048576, "
+          "\"dp\": 1048576}}\n", f);
+    fclose(f);
+    assert_int_equal(strata_job_load_plan(path, &j), STRATA_OK);
+    assert_true(strata_job_world(&j) == LLONG_MAX);
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_ERR_INVALID_ARG);
+    strata_cluster_free(&c);
     remove(path);
 }
 
