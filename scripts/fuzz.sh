@@ -26,9 +26,12 @@ export UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}"
 fuzz_one() {
     local t=$1 secs=$2 out=$3
     mkdir -p "$out/corpus/$t" "$out/crashes/$t"
+    # Tokens worth inserting: edge values for every target, and the target's keywords.
+    cat tests/fuzz/dict/common.dict $(ls tests/fuzz/dict/"$t".dict 2>/dev/null) >"$out/$t.dict"
     # The first directory receives new inputs; the committed ones are only read.
     if "$out/tests/fuzz/fuzz_$t" "$out/corpus/$t" "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t" \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -dict="$out/$t.dict" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 \
         -artifact_prefix="$out/crashes/$t/" >"$out/logs/$t.log" 2>&1; then
         echo "fuzz $t: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/logs/$t.log" |
             grep -o '[0-9]*$') runs in ${secs} s, no crash"

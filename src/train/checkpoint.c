@@ -357,7 +357,12 @@ strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
                               "dimension", path, key);
                 goto out;
             }
-            count *= (size_t)e->shape[d];
+            // A product that wraps could match the byte count ([2^62, 4] over 0 bytes).
+            if (__builtin_mul_overflow(count, (size_t)e->shape[d], &count) || count > SIZE_MAX / 4) {
+                rc = st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a shape too large "
+                              "for any file", path, key);
+                goto out;
+            }
         }
         int64_t b = json_object_get_int64(json_object_array_get_idx(offs, 0));
         int64_t en = json_object_get_int64(json_object_array_get_idx(offs, 1));
