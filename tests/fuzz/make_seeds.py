@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the fuzz targets that are not copies of files under data/: small
 safetensors checkpoints in strata's format (corpus/ckpt/) and store protocol sessions
-(corpus/store/, the script format of fuzz_store.c). Deterministic; the output is committed.
+(corpus/store/, the script format of fuzz_store.c; corpus/store_client/, the store's replies). Deterministic; the output is committed.
     python3 tests/fuzz/make_seeds.py"""
 import json
 import os
@@ -127,5 +127,29 @@ def store_seeds():
     write("store", "half_close", rec(0, 3, hello(1, 2) + frame(GET, struct.pack("<I", 2) + s("x"))))
 
 
+def answer(kind, rid, payload=b""):
+    return frame(kind, struct.pack("<I", rid) + payload)
+
+
+def notice(rank, text):
+    return frame(NOTICE, struct.pack("<i", rank) + text.encode())
+
+
+OK, ERR, NOTICE, CANCELLED = 64, 65, 66, 67
+
+
+def store_client_seeds():
+    """The store's side of fuzz_store_client.c's conversation (request ids 1 to 6)."""
+    write("store_client", "all_ok", answer(OK, 1) + answer(OK, 2, b"10.0.0.1:4000") +
+          answer(OK, 3, struct.pack("<q", 7)) + answer(OK, 4) + answer(OK, 5) + answer(OK, 6))
+    write("store_client", "refused", answer(ERR, 1, b"wrong secret (check STRATA_SECRET)"))
+    write("store_client", "notice_mid_get", answer(OK, 1) +
+          notice(2, "rank 2 (host h pid 9) failed: killed") + answer(CANCELLED, 2) +
+          answer(OK, 6))
+    write("store_client", "late_answers", answer(OK, 1) + answer(OK, 9, b"stale") +
+          answer(ERR, 2, b"empty key") + answer(OK, 3, b"short") + answer(OK, 4))
+
+
 ckpt_seeds()
 store_seeds()
+store_client_seeds()
