@@ -340,7 +340,8 @@ typedef struct strata_search_result {
 
 /* Enumerates TP x CP x PP x VP x DP x micro-batch x ZeRO x recompute x SP x schedule (x order),
  * prunes by divisibility and memory, predicts the rest and keeps the best `top` by step time.
- * Errors: invalid problem; STRATA_ERR_NO_MEMORY; STRATA_ERR_INVALID_ARG when nothing is valid. */
+ * Errors: invalid problem; STRATA_ERR_NO_MEMORY; STRATA_ERR_INVALID_ARG when nothing is valid. On
+ * error *out holds nothing (freeing it anyway is harmless). */
 STRATA_API strata_status_t strata_plan_search(const strata_plan_problem_t *pb,
                                               const strata_search_opts_t *opts,
                                               strata_search_result_t *out);
