@@ -16,6 +16,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,11 +36,24 @@ static int connect_to(int port)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        perror("fuzz_store: connect");
+    if (fd < 0) {
+        perror("fuzz_store: socket");
         abort();
     }
-    return fd;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+        return fd;
+    // libFuzzer's timer signal can interrupt connect(); it then completes in the background.
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    int err = errno;
+    socklen_t len = sizeof err;
+    if (err == EINTR) {
+        while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+            ;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+            return fd;
+    }
+    fprintf(stderr, "fuzz_store: connect: %s\n", strerror(err));
+    abort();
 }
 
 /* Closes with a reset, not a FIN: thousands of runs a second would otherwise fill the ephemeral
@@ -74,6 +89,8 @@ static void send_all(st_store_server_t *srv, int *fds, int fd, const uint8_t *p,
         if (w > 0) {
             p += w;
             n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             pump(srv, fds);
         } else {

@@ -10,6 +10,7 @@
 #include "comm/bootstrap/store.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -32,20 +33,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void *serve(void *arg)
 {
     fake_store_t *fs = arg;
-    int fd = accept(fs->listen_fd, NULL, NULL);
+    // EINTR: libFuzzer's timer signal may land on this thread.
+    int fd;
+    while ((fd = accept(fs->listen_fd, NULL, NULL)) < 0 && errno == EINTR)
+        ;
     if (fd < 0)
         return NULL;
     size_t off = 0;
     while (off < fs->size) {
         ssize_t w = send(fd, fs->data + off, fs->size - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0)
             break;
         off += (size_t)w;
     }
     shutdown(fd, SHUT_WR);
     char buf[4096];
-    while (recv(fd, buf, sizeof buf, 0) > 0) // the client's requests, until it hangs up
-        ;
+    ssize_t r;
+    while ((r = recv(fd, buf, sizeof buf, 0)) > 0 || (r < 0 && errno == EINTR))
+        ; // the client's requests, until it hangs up
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; // no TIME_WAIT (see fuzz_store.c)
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     close(fd);
