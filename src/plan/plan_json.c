@@ -89,12 +89,14 @@ strata_status_t strata_model_load(const char *path, strata_model_t *out)
 
 void strata_model_write_json(const strata_model_t *m, FILE *f)
 {
+    fprintf(f, "{\n  \"name\": ");
+    st_json_write_string(f, m->name);
     fprintf(f,
-            "{\n  \"name\": \"%s\",\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"heads\": %d,\n"
+            ",\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"heads\": %d,\n"
             "  \"kv_heads\": %d,\n  \"ffn\": %d,\n  \"vocab\": %d,\n  \"seq\": %d,\n"
             "  \"mlp\": \"%s\",\n  \"norm\": \"%s\",\n  \"position\": \"%s\",\n  \"bias\": %s,\n"
             "  \"tied_embeddings\": %s,\n  \"dropout\": %s\n}\n",
-            m->name, m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->seq,
+            m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->seq,
             m->mlp == STRATA_MLP_SWIGLU ? "swiglu" : "gelu", m->rmsnorm ? "rmsnorm" : "layernorm",
             m->learned_pos ? "learned" : "rotary", m->bias ? "true" : "false",
             m->tied_embeddings ? "true" : "false", m->dropout ? "true" : "false");
@@ -204,12 +206,14 @@ strata_status_t strata_accel_load(const char *path, strata_accel_t *out)
 void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 {
     const double GiB = 1024.0 * 1024.0 * 1024.0;
+    fprintf(f, "{\n  \"name\": ");
+    st_json_write_string(f, a->name);
     fprintf(f,
-            "{\n  \"name\": \"%s\",\n  \"peak_tflops_16\": %.6g,\n  \"peak_tflops_32\": %.6g,\n"
+            ",\n  \"peak_tflops_16\": %.6g,\n  \"peak_tflops_32\": %.6g,\n"
             "  \"memory_GiB\": %.6g,\n  \"memory_bandwidth_GBps\": %.6g,\n"
             "  \"gemm_efficiency\": %.4g,\n  \"gemm_dim0\": %.6g,\n  \"reserved_GiB\": %.6g,\n"
             "  \"kernel_floor_us\": %.6g\n}\n",
-            a->name, a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
+            a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
             a->mem_bw_Bps / 1e9, a->gemm_eff, a->gemm_dim0, a->reserved_bytes / GiB,
             a->kernel_floor_s * 1e6);
 }

@@ -136,10 +136,16 @@ static void test_parsers(void **state)
     assert_non_null(strstr(strata_last_error(), "llama3-405b"));
 }
 
-static const char *write_tmp(const char *text)
+static const char *write_tmp_path(void)
 {
     static char path[64];
     snprintf(path, sizeof path, "/tmp/strata_test_plan_%d.json", (int)getpid());
+    return path;
+}
+
+static const char *write_tmp(const char *text)
+{
+    const char *path = write_tmp_path();
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -231,6 +237,49 @@ static void test_csv_errors(void **state)
     unlink(p);
 }
 
+/* Names holding quotes, backslashes or control characters (a file may give them) write back as
+ * JSON that reads again with the same name: the writers used to print them raw (found by fuzzing
+ * the cluster reader's round trip). */
+static void test_names_write_back(void **state)
+{
+    (void)state;
+    const char *name = "q\"uo\\te\ttab";
+    char *text = NULL;
+    size_t len = 0;
+    strata_topo_t t, t2;
+    assert_int_equal(strata_topo_preset("cpu-local", &t), STRATA_OK);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.accel, sizeof t.accel, "%s", name);
+    snprintf(t.level[0].name, sizeof t.level[0].name, "%s", name);
+    FILE *f = open_memstream(&text, &len);
+    strata_topo_write_json(&t, f);
+    fclose(f);
+    if (strata_topo_parse(text, "written", &t2) != STRATA_OK)
+        fail_msg("%s\n%s", strata_last_error(), text);
+    assert_string_equal(t2.name, name);
+    assert_string_equal(t2.accel, name);
+    assert_string_equal(t2.level[0].name, name);
+    free(text);
+
+    strata_model_t m, m2;
+    assert_int_equal(strata_model_preset("gpt2-124m", &m), STRATA_OK);
+    snprintf(m.name, sizeof m.name, "%s", name);
+    f = fopen(write_tmp(""), "w");
+    strata_model_write_json(&m, f);
+    fclose(f);
+    assert_int_equal(strata_model_load(write_tmp_path(), &m2), STRATA_OK);
+    assert_string_equal(m2.name, name);
+    strata_accel_t a, a2;
+    assert_int_equal(strata_accel_preset("h100-sxm", &a), STRATA_OK);
+    snprintf(a.name, sizeof a.name, "%s", name);
+    f = fopen(write_tmp_path(), "w");
+    strata_accel_write_json(&a, f);
+    fclose(f);
+    assert_int_equal(strata_accel_load(write_tmp_path(), &a2), STRATA_OK);
+    assert_string_equal(a2.name, name);
+    unlink(write_tmp_path());
+}
+
 static void test_presets_match_files(void **state)
 {
     (void)state;
@@ -277,7 +326,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_errors),     cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_json_errors),         cmocka_unit_test(test_csv_errors),
-        cmocka_unit_test(test_presets_match_files),
+        cmocka_unit_test(test_presets_match_files), cmocka_unit_test(test_names_write_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
