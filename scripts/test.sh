@@ -2,7 +2,7 @@
 # The whole test suite: installs what is missing, then builds and runs every test in the release
 # build (warnings as errors) and in the AddressSanitizer+UBSan build, the unit and multi-rank tests
 # under ThreadSanitizer, and fuzzes every parser for a bounded time (scripts/fuzz.sh,
-# STRATA_FUZZ_SECONDS per target, default 30: about 3 minutes on 2 cores).
+# STRATA_FUZZ_SECONDS per target, default 25: under 4 minutes on 2 cores).
 # Usage: scripts/test.sh [release|asan|tsan|fuzz ...] (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ jobs=$(nproc)
 for p in "${presets[@]}"; do
     if [ "$p" = fuzz ]; then
         echo "=== fuzz ==="
-        bash scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-30}"
+        bash scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-25}"
         continue
     fi
     echo "=== $p build ==="
