@@ -26,8 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(out);
     FUZZ_CHECK(strata_trace_load(c, path, &back) == STRATA_OK);
     FUZZ_CHECK(back.nevents == t.nevents);
-    for (int i = 0; i < t.nevents; i++)
-        FUZZ_CHECK(back.ev[i].kind == t.ev[i].kind);
+    for (int i = 0; i < t.nevents; i++) // exactly the same events, so a replay is the same
+        FUZZ_CHECK(back.ev[i].kind == t.ev[i].kind && back.ev[i].time_s == t.ev[i].time_s &&
+                   back.ev[i].duration_s == t.ev[i].duration_s &&
+                   back.ev[i].repair_s == t.ev[i].repair_s && back.ev[i].id == t.ev[i].id);
     strata_trace_free(&back);
 
     strata_sim_opts_t o = strata_sim_opts_default();
