@@ -26,6 +26,10 @@ static inline long long st_mul_sat(long long a, long long b)
     return __builtin_mul_overflow(a, b, &r) ? LLONG_MAX : r;
 }
 
+/* The shortest of %.15g and %.17g that strtod reads back as exactly v, in buf (32 bytes are
+ * enough); returns buf. For files strata writes and reads again (traces, accelerator files). */
+const char *st_format_double(double v, char *buf, size_t size);
+
 /* ---- errors ------------------------------------------------------------------------------------ */
 
 /* Formats a message into the calling thread's error buffer and returns `status`, so a detector can

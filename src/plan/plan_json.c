@@ -205,17 +205,19 @@ strata_status_t strata_accel_load(const char *path, strata_accel_t *out)
 
 void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 {
+    // Exact numbers: rounded ones could break a relation the reader checks (reserved < memory).
     const double GiB = 1024.0 * 1024.0 * 1024.0;
+    const char *keys[] = {"peak_tflops_16", "peak_tflops_32", "memory_GiB", "memory_bandwidth_GBps",
+                          "gemm_efficiency", "gemm_dim0", "reserved_GiB", "kernel_floor_us"};
+    const double vals[] = {a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
+                           a->mem_bw_Bps / 1e9,     a->gemm_eff,              a->gemm_dim0,
+                           a->reserved_bytes / GiB, a->kernel_floor_s * 1e6};
+    char num[32];
     fprintf(f, "{\n  \"name\": ");
     st_json_write_string(f, a->name);
-    fprintf(f,
-            ",\n  \"peak_tflops_16\": %.6g,\n  \"peak_tflops_32\": %.6g,\n"
-            "  \"memory_GiB\": %.6g,\n  \"memory_bandwidth_GBps\": %.6g,\n"
-            "  \"gemm_efficiency\": %.4g,\n  \"gemm_dim0\": %.6g,\n  \"reserved_GiB\": %.6g,\n"
-            "  \"kernel_floor_us\": %.6g\n}\n",
-            a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
-            a->mem_bw_Bps / 1e9, a->gemm_eff, a->gemm_dim0, a->reserved_bytes / GiB,
-            a->kernel_floor_s * 1e6);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        fprintf(f, ",\n  \"%s\": %s", keys[i], st_format_double(vals[i], num, sizeof num));
+    fprintf(f, "\n}\n");
 }
 
 static strata_status_t calib_from(const st_json_doc_t *d, void *out)

@@ -102,31 +102,23 @@ strata_status_t strata_trace_generate(const strata_cluster_t *c, int njobs, int 
     return STRATA_OK;
 }
 
-/* The shortest of %.15g and %.17g that reads back as exactly v: a written trace replays exactly
- * (with %.3f a duration of 1e-4 came back as 0, which the reader refuses). */
-static const char *seconds_text(double v, char *buf, size_t size)
-{
-    snprintf(buf, size, "%.15g", v);
-    if (strtod(buf, NULL) != v)
-        snprintf(buf, size, "%.17g", v);
-    return buf;
-}
-
 void strata_trace_write(const strata_cluster_t *c, const strata_trace_t *t, FILE *f)
 {
     fprintf(f, "# strata sched trace: job TIME ID ACCELS tp= pp= cp= duration= priority=; "
                "fail TIME HOST repair=\n");
+    // Times in the shortest exact text: a written trace replays exactly (with %.3f a duration of
+    // 1e-4 came back as 0, which the reader refuses).
     char a[32], b[32];
     for (int i = 0; i < t->nevents; i++) {
         const strata_trace_event_t *e = &t->ev[i];
         if (e->kind == STRATA_EV_JOB)
             fprintf(f, "job %s %d %lld tp=%d pp=%d cp=%d duration=%s priority=%d\n",
-                    seconds_text(e->time_s, a, sizeof a), e->id, strata_job_world(&e->job),
-                    e->job.tp, e->job.pp, e->job.cp, seconds_text(e->duration_s, b, sizeof b),
+                    st_format_double(e->time_s, a, sizeof a), e->id, strata_job_world(&e->job),
+                    e->job.tp, e->job.pp, e->job.cp, st_format_double(e->duration_s, b, sizeof b),
                     e->priority);
         else
-            fprintf(f, "fail %s %s repair=%s\n", seconds_text(e->time_s, a, sizeof a),
-                    c->hosts[e->host].name, seconds_text(e->repair_s, b, sizeof b));
+            fprintf(f, "fail %s %s repair=%s\n", st_format_double(e->time_s, a, sizeof a),
+                    c->hosts[e->host].name, st_format_double(e->repair_s, b, sizeof b));
     }
 }
 

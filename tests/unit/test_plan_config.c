@@ -237,9 +237,9 @@ static void test_csv_errors(void **state)
     unlink(p);
 }
 
-/* Names holding quotes, backslashes or control characters (a file may give them) write back as
- * JSON that reads again with the same name: the writers used to print them raw (found by fuzzing
- * the cluster reader's round trip). */
+/* What the writers write reads again: names holding quotes, backslashes or control characters
+ * (a file may give them) used to be printed raw, and accelerator numbers rounded to 6 digits
+ * (both found by fuzzing the readers' round trips). */
 static void test_names_write_back(void **state)
 {
     (void)state;
@@ -277,6 +277,16 @@ static void test_names_write_back(void **state)
     fclose(f);
     assert_int_equal(strata_accel_load(write_tmp_path(), &a2), STRATA_OK);
     assert_string_equal(a2.name, name);
+    // Numbers written exactly: with %.6g a reserved memory just below capacity came back equal to
+    // it, which the reader refuses.
+    a.mem_bytes = 1.0000001 * 1073741824.0;
+    a.reserved_bytes = 1073741824.0;
+    f = fopen(write_tmp_path(), "w");
+    strata_accel_write_json(&a, f);
+    fclose(f);
+    if (strata_accel_load(write_tmp_path(), &a2) != STRATA_OK)
+        fail_msg("%s", strata_last_error());
+    assert_true(a2.mem_bytes == a.mem_bytes && a2.reserved_bytes == a.reserved_bytes);
     unlink(write_tmp_path());
 }
 
