@@ -53,29 +53,42 @@ static void *serve(void *arg)
     ssize_t r;
     while ((r = recv(fd, buf, sizeof buf, 0)) > 0 || (r < 0 && errno == EINTR))
         ; // the client's requests, until it hangs up
-    struct linger lg = {.l_onoff = 1, .l_linger = 0}; // no TIME_WAIT (see fuzz_store.c)
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     close(fd);
     return NULL;
+}
+
+/* One listening socket for the whole process: the fake store ends its stream first, so each
+ * run leaves a TIME_WAIT connection on the store's side, and a new listener per run would soon
+ * find no free port to bind. */
+static int listener(int *port)
+{
+    static int fd = -1, bound_port;
+    if (fd < 0) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t alen = sizeof a;
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+            perror("fuzz_store_client: listen");
+            abort();
+        }
+        bound_port = ntohs(a.sin_port);
+    }
+    *port = bound_port;
+    return fd;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fake_store_t fs = {.data = data, .size = size};
-    fs.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t alen = sizeof a;
-    if (fs.listen_fd < 0 || bind(fs.listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        listen(fs.listen_fd, 1) != 0 || getsockname(fs.listen_fd, (struct sockaddr *)&a, &alen)) {
-        perror("fuzz_store_client: listen");
-        abort();
-    }
+    int port;
+    fs.listen_fd = listener(&port);
     pthread_t th;
     if (pthread_create(&th, NULL, serve, &fs) != 0)
         abort();
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     st_store_t *st;
     if (st_store_connect(addr, "fuzz", 3, 5000, &st) == STRATA_OK) {
         void *val;
@@ -96,8 +109,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(strata_last_error()[0]);
     }
-    // Unblocks accept() when the client never connected (it always does: connect is first).
-    pthread_join(th, NULL);
-    close(fs.listen_fd);
+    pthread_join(th, NULL); // the client always connects first, so accept() has returned
     return 0;
 }
