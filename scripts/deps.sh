@@ -2,7 +2,9 @@
 # Installs the Debian packages strata needs to build and test, when any is missing.
 # Usage: scripts/deps.sh [extra-package ...]   (bench/compare.sh adds the MPI and torch peers)
 set -euo pipefail
-pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev "$@")
+# clang and libclang-rt-dev (libFuzzer, the sanitizer runtimes): the fuzz stage (scripts/fuzz.sh).
+pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev
+      clang libclang-rt-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then builds and runs every test in the release
-# build (warnings as errors) and in the AddressSanitizer+UBSan build, and the unit and multi-rank
-# tests under ThreadSanitizer. Usage: scripts/test.sh [release|asan|tsan ...] (default: all three)
+# build (warnings as errors) and in the AddressSanitizer+UBSan build, the unit and multi-rank tests
+# under ThreadSanitizer, and fuzzes every parser for a bounded time (scripts/fuzz.sh,
+# STRATA_FUZZ_SECONDS per target, default 25: under 4 minutes on 2 cores).
+# Usage: scripts/test.sh [release|asan|tsan|fuzz ...] (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 presets=("$@")
-((${#presets[@]})) || presets=(release asan tsan)
+((${#presets[@]})) || presets=(release asan tsan fuzz)
 jobs=$(nproc)
 for p in "${presets[@]}"; do
+    if [ "$p" = fuzz ]; then
+        echo "=== fuzz ==="
+        bash scripts/fuzz.sh "${STRATA_FUZZ_SECONDS:-25}"
+        continue
+    fi
     echo "=== $p build ==="
     cmake --preset "$p" >/dev/null
     cmake --build --preset "$p" -j "$jobs"

@@ -57,12 +57,21 @@ typedef struct strata_model {
     bool dropout;         /* dropout after attention, MLP and on attention probabilities */
 } strata_model_t;
 
+/* The largest sizes a model may have: far beyond any model trained so far, and small enough that
+ * the planner's integer products of them (4 x hidden, 2 x cp x seq chunks, ...) cannot overflow.
+ * heads and kv_heads are bounded by hidden, which they divide. */
+#define STRATA_MODEL_MAX_LAYERS (1 << 16)
+#define STRATA_MODEL_MAX_HIDDEN (1 << 20)
+#define STRATA_MODEL_MAX_FFN    (1 << 22)
+#define STRATA_MODEL_MAX_VOCAB  (1 << 24)
+#define STRATA_MODEL_MAX_SEQ    (1 << 24)
+
 /* A GPT-style model (LayerNorm, GeLU, biases, tied embeddings, learned positions, dropout). */
 STRATA_API strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int heads,
                                            int vocab, int seq);
 
 /* Checks the model's fields. Errors: STRATA_ERR_INVALID_ARG naming the field and what was expected
- * (positive sizes, heads dividing hidden, kv_heads dividing heads). */
+ * (sizes from 1 to their STRATA_MODEL_MAX_*, heads dividing hidden, kv_heads dividing heads). */
 STRATA_API strata_status_t strata_model_validate(const strata_model_t *m);
 
 /* Parameters, counted exactly (weights, biases, norms, embeddings; tied output counted once). */
@@ -331,7 +340,8 @@ typedef struct strata_search_result {
 
 /* Enumerates TP x CP x PP x VP x DP x micro-batch x ZeRO x recompute x SP x schedule (x order),
  * prunes by divisibility and memory, predicts the rest and keeps the best `top` by step time.
- * Errors: invalid problem; STRATA_ERR_NO_MEMORY; STRATA_ERR_INVALID_ARG when nothing is valid. */
+ * Errors: invalid problem; STRATA_ERR_NO_MEMORY; STRATA_ERR_INVALID_ARG when nothing is valid. On
+ * error *out holds nothing (freeing it anyway is harmless). */
 STRATA_API strata_status_t strata_plan_search(const strata_plan_problem_t *pb,
                                               const strata_search_opts_t *opts,
                                               strata_search_result_t *out);

@@ -210,8 +210,9 @@ STRATA_API strata_status_t strata_trace_generate(const strata_cluster_t *c, int 
                                                  uint64_t seed, strata_trace_t *out);
 
 /* Reads a trace file: lines "job TIME ID ACCELS tp=T pp=P [cp=C] duration=S [priority=N]" and
- * "fail TIME HOST [repair=S]". Errors: STRATA_ERR_IO, STRATA_ERR_PARSE "path:line: expected ...".
- */
+ * "fail TIME HOST [repair=S]" (ACCELS, T, P, C from 1 to 2^24; times and durations finite seconds
+ * >= 0; priority within +-1,000,000). Errors: STRATA_ERR_IO, STRATA_ERR_PARSE
+ * "path:line: expected ...". */
 STRATA_API strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
                                              strata_trace_t *out);
 STRATA_API void strata_trace_write(const strata_cluster_t *c, const strata_trace_t *t, FILE *f);

@@ -146,7 +146,9 @@ STRATA_API void strata_topo_describe(const strata_topo_t *topo, FILE *f);
 STRATA_API strata_status_t strata_hostlist_expand(const char *expr, char ***names, int *count);
 STRATA_API void strata_hostlist_free(char **names, int count);
 
-/* Compares host names the way people sort them: digit runs by value ("n9" < "n10"). */
+/* Compares host names the way people sort them: digit runs by value ("n9" < "n10"); names equal
+ * in value but not in zero padding are still different hosts, the less padded first
+ * ("n1" < "n01" < "n2"). Zero only for identical names. */
 STRATA_API int strata_hostname_cmp(const char *a, const char *b);
 
 typedef struct strata_slurm_switch {

@@ -4,6 +4,7 @@
 #define ST_BASE_H
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +17,18 @@
 #define ST_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define ST_MIN(a, b)   ((a) < (b) ? (a) : (b))
 #define ST_MAX(a, b)   ((a) > (b) ? (a) : (b))
+
+/* a * b for a, b >= 0, saturating at LLONG_MAX: products of sizes read from files (a job's
+ * tp x cp x pp x dp) must not overflow before they are checked against a limit. */
+static inline long long st_mul_sat(long long a, long long b)
+{
+    long long r;
+    return __builtin_mul_overflow(a, b, &r) ? LLONG_MAX : r;
+}
+
+/* The shortest of %.15g and %.17g that strtod reads back as exactly v, in buf (32 bytes are
+ * enough); returns buf. For files strata writes and reads again (traces, accelerator files). */
+const char *st_format_double(double v, char *buf, size_t size);
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 

@@ -281,3 +281,42 @@ strata_status_t st_json_check_keys(const st_json_doc_t *doc, json_object *obj, c
     }
     return STRATA_OK;
 }
+
+size_t st_json_quote(const char *s, char *buf, size_t size)
+{
+    size_t n = 0;
+    char esc[8];
+#define PUT(c) (void)(n + 1 < size ? buf[n] = (c) : 0, n++)
+    PUT('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            snprintf(esc, sizeof esc, "\\%c", *p);
+        else if (*p < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+        else
+            snprintf(esc, sizeof esc, "%c", *p);
+        for (const char *e = esc; *e; e++)
+            PUT(*e);
+    }
+    PUT('"');
+#undef PUT
+    if (size)
+        buf[n < size ? n : size - 1] = '\0';
+    return n;
+}
+
+void st_json_write_string(FILE *f, const char *s)
+{
+    char small[256];
+    size_t n = st_json_quote(s, small, sizeof small);
+    if (n < sizeof small) {
+        fputs(small, f);
+        return;
+    }
+    char *big = malloc(n + 1);
+    if (big) {
+        st_json_quote(s, big, n + 1);
+        fputs(big, f);
+    }
+    free(big);
+}

@@ -12,6 +12,7 @@
 
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 typedef struct st_json_doc {
     json_object *root; /* owned */
@@ -42,6 +43,13 @@ strata_status_t st_json_get_bool(const st_json_doc_t *doc, json_object *obj, con
                                  int nth, bool required, bool *out);
 strata_status_t st_json_get_string(const st_json_doc_t *doc, json_object *obj, const char *key,
                                    int nth, bool required, char *out, size_t out_size);
+
+/* `s` as a JSON string: quoted, with '"', '\\' and control characters escaped, so a name read from
+ * a file (which may hold any of them) writes back to a file that reads again. st_json_quote writes
+ * it into buf like snprintf (truncated to size, NUL-terminated) and returns its full length; at
+ * most 6 * strlen(s) + 2. */
+size_t st_json_quote(const char *s, char *buf, size_t size);
+void st_json_write_string(FILE *f, const char *s);
 
 /* Fails with "file:line: unknown field \"k\" (expected one of: a, b, ...)" when `obj` has a key not
  * in the NULL-terminated list `known`; catches typos that would otherwise be silently ignored. */

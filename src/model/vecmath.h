@@ -31,12 +31,16 @@
 
 /* exp(x), clamped to x in [-87, 87]: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial
  * (relative error ~2e-7), 2^n put into the exponent bits. exp(-87) ~ 1.6e-38, so softmax terms far
- * below the row maximum come out as tiny normals instead of 0, which no sum can tell apart. */
+ * below the row maximum come out as tiny normals instead of 0, which no sum can tell apart.
+ * n is rounded by adding 1.5 * 2^23, which leaves it in the low mantissa bits of `t`: the exponent
+ * is built from those bits in unsigned arithmetic, so no float-to-int conversion or signed shift
+ * can be undefined. NaN (a checkpoint can hold one) gives NaN; +-Inf and huge |x| clamp. */
 static inline float st_exp(float x)
 {
     x = x < -87.f ? -87.f : x;
     x = x > 87.f ? 87.f : x;
-    float n = (x * 1.44269504f + 12582912.f) - 12582912.f; // round to nearest
+    float t = x * 1.44269504f + 12582912.f;
+    float n = t - 12582912.f; // round to nearest
     float r = x - n * 0.693145752f - n * 1.42860677e-6f;
     float p = 1.f / 720;
     p = p * r + 1.f / 120;
@@ -45,7 +49,9 @@ static inline float st_exp(float x)
     p = p * r + 0.5f;
     p = p * r + 1.f;
     p = p * r + 1.f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t tbits;
+    memcpy(&tbits, &t, sizeof tbits);
+    uint32_t bits = (tbits - 0x4B400000u + 127u) << 23; // (n + 127) << 23, n in [-126, 126]
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;

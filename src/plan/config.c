@@ -15,7 +15,8 @@ strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int he
                         .hidden = hidden,
                         .heads = heads,
                         .kv_heads = heads,
-                        .ffn = 4 * hidden,
+                        // 0 for a hidden size out of range (validation names hidden): no overflow
+                        .ffn = hidden <= STRATA_MODEL_MAX_HIDDEN ? 4 * hidden : 0,
                         .vocab = vocab,
                         .seq = seq,
                         .mlp = STRATA_MLP_GELU,
@@ -30,17 +31,18 @@ strata_model_t strata_model_gpt(const char *name, int layers, int hidden, int he
 strata_status_t strata_model_validate(const strata_model_t *m)
 {
     const char *n = m->name[0] ? m->name : "model";
-#define POS(field)    \
-    if (m->field < 1) \
-    return st_error(STRATA_ERR_INVALID_ARG, "%s: expected " #field " >= 1, got %d", n, m->field)
-    POS(layers);
-    POS(hidden);
-    POS(heads);
-    POS(kv_heads);
-    POS(ffn);
-    POS(vocab);
-    POS(seq);
-#undef POS
+#define RANGE(field, max)                                                                          \
+    if (m->field < 1 || m->field > (max))                                                          \
+    return st_error(STRATA_ERR_INVALID_ARG, "%s: expected " #field " from 1 to %d, got %d", n,     \
+                    (max), m->field)
+    RANGE(layers, STRATA_MODEL_MAX_LAYERS);
+    RANGE(hidden, STRATA_MODEL_MAX_HIDDEN);
+    RANGE(heads, m->hidden);
+    RANGE(kv_heads, m->heads);
+    RANGE(ffn, STRATA_MODEL_MAX_FFN);
+    RANGE(vocab, STRATA_MODEL_MAX_VOCAB);
+    RANGE(seq, STRATA_MODEL_MAX_SEQ);
+#undef RANGE
     if (m->hidden % m->heads)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: expected heads (%d) to divide hidden (%d)", n,
                         m->heads, m->hidden);
@@ -280,8 +282,9 @@ strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
                         "training: expected global_batch and micro_batch >= 1, "
                         "got %d and %d",
                         t->global_batch, t->micro_batch);
-    if (t->seq < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq >= 0, got %d", t->seq);
+    if (t->seq < 0 || t->seq > STRATA_MODEL_MAX_SEQ)
+        return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq from 0 to %d, got %d",
+                        STRATA_MODEL_MAX_SEQ, t->seq);
     if ((unsigned)t->precision > STRATA_PREC_FP32 || (unsigned)t->optimizer > STRATA_OPT_LAMB ||
         (unsigned)t->recompute > STRATA_RECOMPUTE_FULL)
         return st_error(STRATA_ERR_INVALID_ARG,
@@ -327,19 +330,25 @@ enum {
     CK_SCHED,
 };
 
+/* tp x cp x pp x dp, saturated (a validation table may give each up to 2^30). */
+static long long par_world(const strata_parallel_t *par)
+{
+    return st_mul_sat(st_mul_sat(par->tp, par->cp), st_mul_sat(par->pp, par->dp));
+}
+
 int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t *par)
 {
     const strata_model_t *m = &pb->model;
     if (par->tp < 1 || par->cp < 1 || par->pp < 1 || par->vp < 1 || par->dp < 1)
         return CK_SIZES;
-    if ((long long)par->tp * par->cp * par->pp * par->dp != st_gpus(pb))
+    if (par_world(par) != st_gpus(pb))
         return CK_PRODUCT;
     if (m->heads % par->tp || m->kv_heads % par->tp)
         return CK_TP_HEADS;
     if (m->ffn % par->tp)
         return CK_TP_FFN;
     int s = st_seq(pb);
-    if (par->cp > 1 && s % (2 * par->cp))
+    if (par->cp > 1 && s % (2LL * par->cp))
         return CK_CP_SEQ;
     if (par->pp > m->layers)
         return CK_PP_LAYERS;
@@ -359,7 +368,7 @@ int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t 
     if (par->zero < 0 || par->zero > 3)
         return CK_ZERO;
     if (par->zero_secondary < 1 || (par->zero_secondary > 1 && par->zero != 3) ||
-        (par->dp * par->cp) % par->zero_secondary)
+        ((long long)par->dp * par->cp) % par->zero_secondary)
         return CK_ZERO2ND;
     unsigned seen = 0;
     for (int i = 0; i < STRATA_DIM_COUNT; i++) {
@@ -388,8 +397,7 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
         return st_error(STRATA_ERR_INVALID_ARG,
                         "expected tp*cp*pp*dp = %lld accelerators, got "
                         "%d*%d*%d*%d = %lld",
-                        st_gpus(pb), par->tp, par->cp, par->pp, par->dp,
-                        (long long)par->tp * par->cp * par->pp * par->dp);
+                        st_gpus(pb), par->tp, par->cp, par->pp, par->dp, par_world(par));
     case CK_TP_HEADS:
         return st_error(STRATA_ERR_INVALID_ARG,
                         "expected tp=%d to divide the attention heads (%d) "
@@ -400,9 +408,9 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
                         m->ffn);
     case CK_CP_SEQ:
         return st_error(STRATA_ERR_INVALID_ARG,
-                        "expected the sequence (%d) to split into 2*cp=%d "
+                        "expected the sequence (%d) to split into 2*cp=%lld "
                         "equal chunks (load-balanced causal context parallelism)",
-                        s, 2 * par->cp);
+                        s, 2LL * par->cp);
     case CK_PP_LAYERS:
         return st_error(STRATA_ERR_INVALID_ARG, "expected pp=%d <= layers=%d", par->pp, m->layers);
     case CK_SCHED:
@@ -418,8 +426,8 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
                             "expected vp=1 for the %s schedule (virtual stages "
                             "need 'interleaved'), got vp=%d",
                             strata_schedule_name(par->schedule), par->vp);
-        return st_error(STRATA_ERR_INVALID_ARG, "expected pp*vp = %d model chunks <= layers=%d",
-                        par->pp * par->vp, m->layers);
+        return st_error(STRATA_ERR_INVALID_ARG, "expected pp*vp = %lld model chunks <= layers=%d",
+                        (long long)par->pp * par->vp, m->layers);
     case CK_BATCH:
         return st_error(STRATA_ERR_INVALID_ARG,
                         "expected global_batch=%d to divide into dp=%d "
@@ -435,8 +443,8 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
     case CK_ZERO2ND:
         return st_error(STRATA_ERR_INVALID_ARG,
                         "expected the ZeRO secondary partition (%d) to be 1, "
-                        "or with ZeRO-3 to divide the data x context parallel size %d",
-                        par->zero_secondary, par->dp * par->cp);
+                        "or with ZeRO-3 to divide the data x context parallel size %lld",
+                        par->zero_secondary, (long long)par->dp * par->cp);
     case CK_ORDER:
         return st_error(STRATA_ERR_INVALID_ARG, "expected the order to name tp, cp, pp and dp once "
                                                 "each");

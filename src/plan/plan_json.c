@@ -19,15 +19,17 @@ static strata_status_t model_from(const st_json_doc_t *d, strata_model_t *m)
     ST_TRY(st_json_check_keys(d, o, "model", keys));
     *m = strata_model_gpt("model", 1, 1, 1, 1, 1);
     ST_TRY(st_json_get_string(d, o, "name", 0, false, m->name, sizeof m->name));
-    ST_TRY(st_json_get_int(d, o, "layers", 0, true, 1, BIG, &m->layers));
-    ST_TRY(st_json_get_int(d, o, "hidden", 0, true, 1, BIG, &m->hidden));
-    ST_TRY(st_json_get_int(d, o, "heads", 0, true, 1, BIG, &m->heads));
+    // Each size within its STRATA_MODEL_MAX_*, so that no product of them overflows (the default
+    // ffn, 4 x hidden, did for a hidden of 2^30: found by fuzzing).
+    ST_TRY(st_json_get_int(d, o, "layers", 0, true, 1, STRATA_MODEL_MAX_LAYERS, &m->layers));
+    ST_TRY(st_json_get_int(d, o, "hidden", 0, true, 1, STRATA_MODEL_MAX_HIDDEN, &m->hidden));
+    ST_TRY(st_json_get_int(d, o, "heads", 0, true, 1, m->hidden, &m->heads));
     m->kv_heads = m->heads;
     m->ffn = 4 * m->hidden;
-    ST_TRY(st_json_get_int(d, o, "kv_heads", 0, false, 1, BIG, &m->kv_heads));
-    ST_TRY(st_json_get_int(d, o, "ffn", 0, false, 1, BIG, &m->ffn));
-    ST_TRY(st_json_get_int(d, o, "vocab", 0, true, 1, BIG, &m->vocab));
-    ST_TRY(st_json_get_int(d, o, "seq", 0, true, 1, BIG, &m->seq));
+    ST_TRY(st_json_get_int(d, o, "kv_heads", 0, false, 1, m->heads, &m->kv_heads));
+    ST_TRY(st_json_get_int(d, o, "ffn", 0, false, 1, STRATA_MODEL_MAX_FFN, &m->ffn));
+    ST_TRY(st_json_get_int(d, o, "vocab", 0, true, 1, STRATA_MODEL_MAX_VOCAB, &m->vocab));
+    ST_TRY(st_json_get_int(d, o, "seq", 0, true, 1, STRATA_MODEL_MAX_SEQ, &m->seq));
     char s[32] = "gelu";
     ST_TRY(st_json_get_string(d, o, "mlp", 0, false, s, sizeof s));
     if (!strcmp(s, "gelu"))
@@ -87,12 +89,14 @@ strata_status_t strata_model_load(const char *path, strata_model_t *out)
 
 void strata_model_write_json(const strata_model_t *m, FILE *f)
 {
+    fprintf(f, "{\n  \"name\": ");
+    st_json_write_string(f, m->name);
     fprintf(f,
-            "{\n  \"name\": \"%s\",\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"heads\": %d,\n"
+            ",\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"heads\": %d,\n"
             "  \"kv_heads\": %d,\n  \"ffn\": %d,\n  \"vocab\": %d,\n  \"seq\": %d,\n"
             "  \"mlp\": \"%s\",\n  \"norm\": \"%s\",\n  \"position\": \"%s\",\n  \"bias\": %s,\n"
             "  \"tied_embeddings\": %s,\n  \"dropout\": %s\n}\n",
-            m->name, m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->seq,
+            m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->seq,
             m->mlp == STRATA_MLP_SWIGLU ? "swiglu" : "gelu", m->rmsnorm ? "rmsnorm" : "layernorm",
             m->learned_pos ? "learned" : "rotary", m->bias ? "true" : "false",
             m->tied_embeddings ? "true" : "false", m->dropout ? "true" : "false");
@@ -135,7 +139,7 @@ static strata_status_t training_from(const st_json_doc_t *d, void *out)
     *t = strata_training_default();
     ST_TRY(st_json_get_int(d, o, "global_batch", 0, true, 1, BIG, &t->global_batch));
     ST_TRY(st_json_get_int(d, o, "micro_batch", 0, false, 1, BIG, &t->micro_batch));
-    ST_TRY(st_json_get_int(d, o, "seq", 0, false, 0, BIG, &t->seq));
+    ST_TRY(st_json_get_int(d, o, "seq", 0, false, 0, STRATA_MODEL_MAX_SEQ, &t->seq));
     ST_TRY(enum_field(d, o, "precision", p_prec, &t->precision));
     ST_TRY(enum_field(d, o, "optimizer", p_opt, &t->optimizer));
     ST_TRY(enum_field(d, o, "recompute", p_rc, &t->recompute));
@@ -201,15 +205,19 @@ strata_status_t strata_accel_load(const char *path, strata_accel_t *out)
 
 void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 {
+    // Exact numbers: rounded ones could break a relation the reader checks (reserved < memory).
     const double GiB = 1024.0 * 1024.0 * 1024.0;
-    fprintf(f,
-            "{\n  \"name\": \"%s\",\n  \"peak_tflops_16\": %.6g,\n  \"peak_tflops_32\": %.6g,\n"
-            "  \"memory_GiB\": %.6g,\n  \"memory_bandwidth_GBps\": %.6g,\n"
-            "  \"gemm_efficiency\": %.4g,\n  \"gemm_dim0\": %.6g,\n  \"reserved_GiB\": %.6g,\n"
-            "  \"kernel_floor_us\": %.6g\n}\n",
-            a->name, a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
-            a->mem_bw_Bps / 1e9, a->gemm_eff, a->gemm_dim0, a->reserved_bytes / GiB,
-            a->kernel_floor_s * 1e6);
+    const char *keys[] = {"peak_tflops_16", "peak_tflops_32", "memory_GiB", "memory_bandwidth_GBps",
+                          "gemm_efficiency", "gemm_dim0", "reserved_GiB", "kernel_floor_us"};
+    const double vals[] = {a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
+                           a->mem_bw_Bps / 1e9,     a->gemm_eff,              a->gemm_dim0,
+                           a->reserved_bytes / GiB, a->kernel_floor_s * 1e6};
+    char num[32];
+    fprintf(f, "{\n  \"name\": ");
+    st_json_write_string(f, a->name);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        fprintf(f, ",\n  \"%s\": %s", keys[i], st_format_double(vals[i], num, sizeof num));
+    fprintf(f, "\n}\n");
 }
 
 static strata_status_t calib_from(const st_json_doc_t *d, void *out)

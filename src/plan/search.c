@@ -213,11 +213,14 @@ strata_status_t strata_plan_search(const strata_plan_problem_t *pb, const strata
     }
     out->seconds = (double)(st_now_ns() - t0) / 1e9;
     out->configs_per_s = out->seconds > 0 ? (double)out->enumerated / out->seconds : 0;
-    if (!out->ntop)
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "search: no valid configuration%s of %s on %lld "
-                        "accelerators (%lld enumerated, %lld valid)",
-                        o->allow_no_fit ? "" : " fits in memory", m->name, N, out->enumerated,
-                        out->valid);
+    if (!out->ntop) {
+        strata_status_t rc = st_error(STRATA_ERR_INVALID_ARG,
+                                      "search: no valid configuration%s of %s on %lld "
+                                      "accelerators (%lld enumerated, %lld valid)",
+                                      o->allow_no_fit ? "" : " fits in memory", m->name, N,
+                                      out->enumerated, out->valid);
+        strata_search_result_free(out); // on error nothing is held (strata plan leaked it)
+        return rc;
+    }
     return STRATA_OK;
 }

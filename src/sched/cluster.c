@@ -72,7 +72,7 @@ int strata_cluster_find_host(const strata_cluster_t *c, const char *name)
         int mid = (lo + hi) / 2;
         int r = strata_hostname_cmp(c->hosts[c->by_name[mid]].name, name);
         if (!r)
-            return strcmp(c->hosts[c->by_name[mid]].name, name) ? -1 : c->by_name[mid];
+            return c->by_name[mid];
         if (r < 0)
             lo = mid + 1;
         else

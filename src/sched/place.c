@@ -82,7 +82,7 @@ static int dim_size(const strata_job_t *j, strata_dim_t d)
 
 long long strata_job_world(const strata_job_t *j)
 {
-    return (long long)j->tp * j->cp * j->pp * j->dp;
+    return st_mul_sat(st_mul_sat(j->tp, j->cp), st_mul_sat(j->pp, j->dp));
 }
 
 uint64_t st_sched_rand(uint64_t *s)

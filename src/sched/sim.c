@@ -14,6 +14,7 @@
 #include "sched/sched_internal.h"
 #include "strata/sched.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ static int cmp_event(const void *a, const void *b)
         return x->time_s < y->time_s ? -1 : 1;
     if (x->kind != y->kind)
         return (int)x->kind - (int)y->kind;
-    return x->id - y->id;
+    return (x->id > y->id) - (x->id < y->id); // ids come from the file: no subtraction
 }
 
 static double urand(uint64_t *s)
@@ -105,16 +106,52 @@ void strata_trace_write(const strata_cluster_t *c, const strata_trace_t *t, FILE
 {
     fprintf(f, "# strata sched trace: job TIME ID ACCELS tp= pp= cp= duration= priority=; "
                "fail TIME HOST repair=\n");
+    // Times in the shortest exact text: a written trace replays exactly (with %.3f a duration of
+    // 1e-4 came back as 0, which the reader refuses).
+    char a[32], b[32];
     for (int i = 0; i < t->nevents; i++) {
         const strata_trace_event_t *e = &t->ev[i];
         if (e->kind == STRATA_EV_JOB)
-            fprintf(f, "job %.3f %d %lld tp=%d pp=%d cp=%d duration=%.3f priority=%d\n", e->time_s,
-                    e->id, strata_job_world(&e->job), e->job.tp, e->job.pp, e->job.cp,
-                    e->duration_s, e->priority);
+            fprintf(f, "job %s %d %lld tp=%d pp=%d cp=%d duration=%s priority=%d\n",
+                    st_format_double(e->time_s, a, sizeof a), e->id, strata_job_world(&e->job),
+                    e->job.tp, e->job.pp, e->job.cp, st_format_double(e->duration_s, b, sizeof b),
+                    e->priority);
         else
-            fprintf(f, "fail %.3f %s repair=%.3f\n", e->time_s, c->hosts[e->host].name,
-                    e->repair_s);
+            fprintf(f, "fail %s %s repair=%s\n", st_format_double(e->time_s, a, sizeof a),
+                    c->hosts[e->host].name, st_format_double(e->repair_s, b, sizeof b));
     }
+}
+
+/* Accelerators of one job in a trace (and so each of its tp, pp, cp), as strata_place allows. */
+#define TRACE_MAX_ACCELS (1 << 24)
+
+/* Times and durations: finite, >= 0, at most a millennium (so sums of them stay exact enough). */
+static bool time_ok(double t)
+{
+    return t >= 0 && t <= 3.2e10;
+}
+
+/* A whole decimal in [lo, hi]. */
+static bool int_value(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* A number of seconds, time_ok. */
+static bool seconds_value(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !time_ok(v))
+        return false;
+    *out = v;
+    return true;
 }
 
 strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
@@ -155,9 +192,10 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
             e->job = strata_job_default();
             e->job.tp = c->hosts[0].accels;
             if (sscanf(p, "%lf %d %lld%n", &e->time_s, &e->id, &accels, &n) != 3 || accels < 1 ||
-                !(e->time_s >= 0)) {
+                accels > TRACE_MAX_ACCELS || !time_ok(e->time_s)) {
                 rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected \"job TIME ID ACCELS key=value "
-                              "...\"", path, ln);
+                              "...\" with TIME >= 0 and ACCELS from 1 to %d", path, ln,
+                              TRACE_MAX_ACCELS);
                 break;
             }
             p += n;
@@ -166,22 +204,27 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
             while (rc >= 0 && sscanf(p, "%63s%n", kv, &n) == 1) {
                 p += n;
                 char *eq = strchr(kv, '=');
-                double v = eq ? strtod(eq + 1, NULL) : -1;
+                const char *v = eq ? eq + 1 : "";
                 if (eq)
                     *eq = '\0';
-                if (eq && !strcmp(kv, "tp") && v >= 1)
-                    e->job.tp = (int)v;
-                else if (eq && !strcmp(kv, "pp") && v >= 1)
-                    e->job.pp = (int)v;
-                else if (eq && !strcmp(kv, "cp") && v >= 1)
-                    e->job.cp = (int)v;
-                else if (eq && !strcmp(kv, "duration") && v > 0)
-                    e->duration_s = v;
-                else if (eq && !strcmp(kv, "priority"))
-                    e->priority = (int)v;
+                // Each value checked for its range before it is converted or multiplied.
+                bool ok = eq != NULL;
+                if (ok && !strcmp(kv, "tp"))
+                    ok = int_value(v, 1, TRACE_MAX_ACCELS, &e->job.tp);
+                else if (ok && !strcmp(kv, "pp"))
+                    ok = int_value(v, 1, TRACE_MAX_ACCELS, &e->job.pp);
+                else if (ok && !strcmp(kv, "cp"))
+                    ok = int_value(v, 1, TRACE_MAX_ACCELS, &e->job.cp);
+                else if (ok && !strcmp(kv, "duration"))
+                    ok = seconds_value(v, &e->duration_s) && e->duration_s > 0;
+                else if (ok && !strcmp(kv, "priority"))
+                    ok = int_value(v, -1000000, 1000000, &e->priority);
                 else
-                    rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected tp=, pp=, cp=, duration= or "
-                                  "priority= with a valid value, got \"%s\"", path, ln, kv);
+                    ok = false;
+                if (!ok)
+                    rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected tp=, pp=, cp= (1 to %d), "
+                                  "duration= (seconds > 0) or priority= (an integer), got \"%s%s%s\"",
+                                  path, ln, TRACE_MAX_ACCELS, kv, eq ? "=" : "", v);
             }
             long long inner = (long long)e->job.tp * e->job.pp * e->job.cp;
             if (rc >= 0 && (accels % inner || e->duration_s <= 0))
@@ -192,8 +235,9 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
             char host[STRATA_HOSTNAME_MAX], kv[64];
             e->kind = STRATA_EV_FAIL;
             e->repair_s = 4 * 3600;
-            if (sscanf(p, "%lf %63s%n", &e->time_s, host, &n) != 2) {
-                rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected \"fail TIME HOST\"", path, ln);
+            if (sscanf(p, "%lf %63s%n", &e->time_s, host, &n) != 2 || !time_ok(e->time_s)) {
+                rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected \"fail TIME HOST\" with TIME "
+                              ">= 0", path, ln);
                 break;
             }
             p += n;
@@ -201,7 +245,8 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
             if (e->host < 0)
                 rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected a host of the cluster, got "
                               "unknown host \"%s\"", path, ln, host);
-            if (rc >= 0 && sscanf(p, "%63s", kv) == 1 && sscanf(kv, "repair=%lf", &e->repair_s) != 1)
+            if (rc >= 0 && sscanf(p, "%63s", kv) == 1 &&
+                (strncmp(kv, "repair=", 7) || !seconds_value(kv + 7, &e->repair_s)))
                 rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected repair=SECONDS, got \"%s\"", path,
                               ln, kv);
         } else {
@@ -216,7 +261,8 @@ strata_status_t strata_trace_load(const strata_cluster_t *c, const char *path,
         strata_trace_free(out);
         return rc;
     }
-    qsort(out->ev, (size_t)out->nevents, sizeof *out->ev, cmp_event);
+    if (out->nevents > 1) // a trace of comments only has no array: qsort(NULL, 0) is undefined
+        qsort(out->ev, (size_t)out->nevents, sizeof *out->ev, cmp_event);
     return STRATA_OK;
 }
 

@@ -169,12 +169,16 @@ strata_status_t strata_hostlist_expand(const char *expr, char ***names, int *cou
 
 int strata_hostname_cmp(const char *a, const char *b)
 {
+    int pad = 0; // the first difference in zero padding: "n01" and "n1" are two hosts
     while (*a && *b) {
         if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            const char *a0 = a, *b0 = b;
             while (*a == '0' && isdigit((unsigned char)a[1]))
                 a++;
             while (*b == '0' && isdigit((unsigned char)b[1]))
                 b++;
+            if (!pad && a - a0 != b - b0)
+                pad = a - a0 < b - b0 ? -1 : 1;
             size_t na = 0, nb = 0;
             while (isdigit((unsigned char)a[na]))
                 na++;
@@ -194,5 +198,5 @@ int strata_hostname_cmp(const char *a, const char *b)
         a++;
         b++;
     }
-    return *a ? 1 : *b ? -1 : 0;
+    return *a ? 1 : *b ? -1 : pad;
 }

@@ -167,16 +167,24 @@ strata_status_t strata_topo_host_path(const char *file, const char *host, char *
 
 void strata_topo_write_json(const strata_topo_t *topo, FILE *f)
 {
-    fprintf(f, "{\n  \"name\": \"%s\",\n", topo->name);
-    if (topo->accel[0])
-        fprintf(f, "  \"accelerator\": \"%s\",\n", topo->accel);
+    // Names as JSON strings: a name read from a file may hold quotes or backslashes.
+    fprintf(f, "{\n  \"name\": ");
+    st_json_write_string(f, topo->name);
+    fprintf(f, ",\n");
+    if (topo->accel[0]) {
+        fprintf(f, "  \"accelerator\": ");
+        st_json_write_string(f, topo->accel);
+        fprintf(f, ",\n");
+    }
     fprintf(f, "  \"levels\": [\n");
     for (int i = 0; i < topo->nlevels; i++) {
         const strata_topo_level_t *l = &topo->level[i];
+        fprintf(f, "    {\"name\": ");
+        st_json_write_string(f, l->name);
         fprintf(f,
-                "    {\"name\": \"%s\", \"fanout\": %d, \"bandwidth_GBps\": %.6g, "
+                ", \"fanout\": %d, \"bandwidth_GBps\": %.6g, "
                 "\"latency_us\": %.6g, \"oversubscription\": %.6g, \"class\": \"%s\"",
-                l->name, l->fanout, l->bw_Bps / 1e9, l->latency_s * 1e6, l->oversub,
+                l->fanout, l->bw_Bps / 1e9, l->latency_s * 1e6, l->oversub,
                 strata_link_class_name(l->link_class));
         if (l->efficiency > 0)
             fprintf(f, ", \"efficiency\": %.6g", l->efficiency);

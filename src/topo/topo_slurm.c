@@ -136,6 +136,9 @@ static strata_status_t parse_line(parser_t *p, char *s, int line)
             x->line = line;
             continue;
         }
+        if (sw < 0) // after BlockSizes=, which names no switch to attach Nodes= or LinkSpeed= to
+            return st_error(STRATA_ERR_PARSE, "%s:%d: expected BlockSizes= alone on its line, got "
+                            "\"%s=\" after it", p->origin, line, key);
         if (!strcasecmp(key, "Nodes")) {
             ST_TRY(add_nodes(p, line, sw, val));
         } else if (!strcasecmp(key, "Switches") && !block) {

@@ -146,20 +146,21 @@ strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out
 
 int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_t size)
 {
-    char model[1024];
+    char model[1024], hpz[6 * sizeof c->hpz + 3];
     if (strata_gpt_config_to_json(&c->model, model, sizeof model) < 0)
         return -1;
+    st_json_quote(c->hpz, hpz, sizeof hpz); // from a file or the command line: may hold a quote
     int n = snprintf(buf, size,
                      "{\"model\":%s,\"batch\":%d,\"seq\":%d,\"steps\":%" PRId64 ",\"seed\":%" PRIu64
                      ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
                      ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
-                     "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":\"%s\","
+                     "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
                      "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
                      (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
-                     (double)c->grad_clip, c->val_fraction, c->zero, c->hpz, c->tiers,
+                     (double)c->grad_clip, c->val_fraction, c->zero, hpz, c->tiers,
                      c->qwz ? "true" : "false", c->qgz ? "true" : "false");
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }

@@ -136,10 +136,16 @@ static void test_parsers(void **state)
     assert_non_null(strstr(strata_last_error(), "llama3-405b"));
 }
 
-static const char *write_tmp(const char *text)
+static const char *write_tmp_path(void)
 {
     static char path[64];
     snprintf(path, sizeof path, "/tmp/strata_test_plan_%d.json", (int)getpid());
+    return path;
+}
+
+static const char *write_tmp(const char *text)
+{
+    const char *path = write_tmp_path();
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -179,6 +185,17 @@ static void test_json_errors(void **state)
                   "\"kv_heads\": 4, \"mlp\": \"swiglu\", \"norm\": \"rmsnorm\"}\n");
     assert_int_equal(strata_model_load(p, &m), STRATA_OK);
     assert_int_equal(m.mlp, STRATA_MLP_SWIGLU);
+    // Sizes beyond STRATA_MODEL_MAX_*: refused naming the field, before 4 x hidden (the default
+    // ffn) overflowed an int (UBSan; found by fuzzing `strata plan --model FILE`).
+    p = write_tmp("{\"layers\": 2, \"heads\": 4, \"vocab\": 10, \"seq\": 8,\n"
+                  " \"hidden\": 1073741824}\n");
+    expect_parse_error(strata_model_load(p, &m), p, 2, "\"hidden\"");
+    p = write_tmp("{\"layers\": 2, \"hidden\": 64, \"heads\": 4, \"seq\": 8,\n"
+                  " \"vocab\": 1073741824}\n");
+    expect_parse_error(strata_model_load(p, &m), p, 2, "\"vocab\"");
+    m = strata_model_gpt("api", 2, 1 << 30, 4, 10, 8); // the constructor does not overflow either
+    assert_int_equal(strata_model_validate(&m), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "hidden"));
     p = write_tmp("{\n \"global_batch\": 64,\n \"recompute\": \"sometimes\"\n}\n");
     expect_parse_error(strata_training_load(p, &tr), p, 3, "recompute");
     p = write_tmp("{\n \"name\": \"x\",\n \"peak_tflops_16\": 100,\n \"memory_GiB\": -3,\n"
@@ -205,7 +222,72 @@ static void test_csv_errors(void **state)
     assert_int_equal(strata_vtable_load(p, &t), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), ":1: expected a column named"));
     strata_vtable_free(&t);
+    // tp, cp, pp and dp of 2^30 each (the column maximum): their product overflowed a long long
+    // in the planner's check (UBSan, found by fuzzing); now the row is refused.
+    p = write_tmp("id,source,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq,gpus,cluster,"
+                  "accelerator,tp,cp,pp,vp,dp,global_batch,micro_batch,schedule,zero,"
+                  "zero_secondary,recompute,sequence_parallel,flash_attention,precision,optimizer,"
+                  "overlap,order,metric,measured,calibrate,notes\n"
+                  "big,x,gpt,24,2304,24,24,9216,51200,2048,32,dgx-a100-superpod,a100-80gb,"
+                  "1073741824,1073741824,1073741824,1,1073741824,512,1,1f1b,0,1,full,no,no,fp16,"
+                  "adam,none,,tflops_megatron,137,yes,\n");
+    assert_int_equal(strata_vtable_load(p, &t), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), ":2: column tp: expected tp*cp*pp*dp"));
+    strata_vtable_free(&t);
     unlink(p);
+}
+
+/* What the writers write reads again: names holding quotes, backslashes or control characters
+ * (a file may give them) used to be printed raw, and accelerator numbers rounded to 6 digits
+ * (both found by fuzzing the readers' round trips). */
+static void test_names_write_back(void **state)
+{
+    (void)state;
+    const char *name = "q\"uo\\te\ttab";
+    char *text = NULL;
+    size_t len = 0;
+    strata_topo_t t, t2;
+    assert_int_equal(strata_topo_preset("cpu-local", &t), STRATA_OK);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    snprintf(t.accel, sizeof t.accel, "%s", name);
+    snprintf(t.level[0].name, sizeof t.level[0].name, "%s", name);
+    FILE *f = open_memstream(&text, &len);
+    strata_topo_write_json(&t, f);
+    fclose(f);
+    if (strata_topo_parse(text, "written", &t2) != STRATA_OK)
+        fail_msg("%s\n%s", strata_last_error(), text);
+    assert_string_equal(t2.name, name);
+    assert_string_equal(t2.accel, name);
+    assert_string_equal(t2.level[0].name, name);
+    free(text);
+
+    strata_model_t m, m2;
+    assert_int_equal(strata_model_preset("gpt2-124m", &m), STRATA_OK);
+    snprintf(m.name, sizeof m.name, "%s", name);
+    f = fopen(write_tmp(""), "w");
+    strata_model_write_json(&m, f);
+    fclose(f);
+    assert_int_equal(strata_model_load(write_tmp_path(), &m2), STRATA_OK);
+    assert_string_equal(m2.name, name);
+    strata_accel_t a, a2;
+    assert_int_equal(strata_accel_preset("h100-sxm", &a), STRATA_OK);
+    snprintf(a.name, sizeof a.name, "%s", name);
+    f = fopen(write_tmp_path(), "w");
+    strata_accel_write_json(&a, f);
+    fclose(f);
+    assert_int_equal(strata_accel_load(write_tmp_path(), &a2), STRATA_OK);
+    assert_string_equal(a2.name, name);
+    // Numbers written exactly: with %.6g a reserved memory just below capacity came back equal to
+    // it, which the reader refuses.
+    a.mem_bytes = 1.0000001 * 1073741824.0;
+    a.reserved_bytes = 1073741824.0;
+    f = fopen(write_tmp_path(), "w");
+    strata_accel_write_json(&a, f);
+    fclose(f);
+    if (strata_accel_load(write_tmp_path(), &a2) != STRATA_OK)
+        fail_msg("%s", strata_last_error());
+    assert_true(a2.mem_bytes == a.mem_bytes && a2.reserved_bytes == a.reserved_bytes);
+    unlink(write_tmp_path());
 }
 
 static void test_presets_match_files(void **state)
@@ -254,7 +336,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_errors),     cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_json_errors),         cmocka_unit_test(test_csv_errors),
-        cmocka_unit_test(test_presets_match_files),
+        cmocka_unit_test(test_presets_match_files), cmocka_unit_test(test_names_write_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,7 +114,10 @@ static void test_search_nothing_fits(void **state)
     strata_search_result_t r;
     assert_int_equal(strata_plan_search(&pb, &o, &r), STRATA_ERR_INVALID_ARG);
     assert_non_null(strstr(strata_last_error(), "fits in memory"));
-    strata_search_result_free(&r);
+    // Nothing held on error (the asan build's leak check failed strata plan's path, which does
+    // not free after an error; found by fuzzing).
+    assert_null(r.top);
+    assert_int_equal(r.ntop, 0);
     o.allow_no_fit = true;
     assert_int_equal(strata_plan_search(&pb, &o, &r), STRATA_OK);
     assert_false(r.top[0].pred.mem.fits);

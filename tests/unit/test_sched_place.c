@@ -5,6 +5,7 @@
 #include "harness/st_test.h"
 #include "strata/sched.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +291,19 @@ static void test_plan_json(void **state)
     fclose(f);
     assert_int_equal(strata_job_load_plan(path, &j), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), "tp"));
+    // Four sizes of 2^20 (each within the reader's range): their product overflowed a long long
+    // in strata_job_world (UBSan); now it saturates and placement refuses the job.
+    f = fopen(path, "w");
+    fputs("{\"config\": {\"tp\": 1048576, \"cp\": 1048576, \"pp\": 1048576, "
+          "\"dp\": 1048576}}\n", f);
+    fclose(f);
+    assert_int_equal(strata_job_load_plan(path, &j), STRATA_OK);
+    assert_true(strata_job_world(&j) == LLONG_MAX);
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_ERR_INVALID_ARG);
+    strata_cluster_free(&c);
     remove(path);
 }
 
@@ -345,6 +359,28 @@ static void test_beats_hostname_order(void **state)
     strata_cluster_free(&c);
 }
 
+/* Hosts whose names differ only in zero padding are different hosts (Slurm's view): the cluster
+ * takes both and finds each by its own name (it used to refuse "n01 appears twice"). */
+static void test_padded_names(void **state)
+{
+    (void)state;
+    const char *conf = "SwitchName=l1 Nodes=n1,n01\nSwitchName=l2 Nodes=n001,n2\n"
+                       "SwitchName=top Switches=l[1-2]\n";
+    strata_slurm_topo_t st;
+    strata_cluster_t c;
+    assert_int_equal(strata_slurm_topo_parse(conf, "padded.conf", &st), STRATA_OK);
+    assert_int_equal(strata_cluster_from_slurm(&st, NULL, 4, &c), STRATA_OK);
+    strata_slurm_topo_free(&st);
+    assert_int_equal(c.nhosts, 4);
+    for (int h = 0; h < c.nhosts; h++)
+        assert_int_equal(strata_cluster_find_host(&c, c.hosts[h].name), h);
+    assert_int_equal(strata_cluster_find_host(&c, "n0001"), -1);
+    assert_int_equal(strata_cluster_parse_state(&c, "n01 failed\n", "state"), STRATA_OK);
+    assert_int_equal(c.hosts[strata_cluster_find_host(&c, "n01")].state, STRATA_HOST_FAILED);
+    assert_int_equal(c.hosts[strata_cluster_find_host(&c, "n1")].state, STRATA_HOST_FREE);
+    strata_cluster_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_brute_force_optimum), cmocka_unit_test(test_spare_replacement),
         cmocka_unit_test(test_output_syntax),     cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_invalid),           cmocka_unit_test(test_beats_hostname_order),
+        cmocka_unit_test(test_padded_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,6 +129,43 @@ static void test_failure_uses_spare(void **state)
     write_file(path, "boot 3 h00001\n");
     assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), ":1: expected a line starting with job or fail"));
+    // Found by fuzzing `strata sched --trace` (UBSan): values converted to int before any range
+    // check (tp=7.7e16), and a trace without events sorted as qsort(NULL, 0).
+    write_file(path, "job 0 0 32 tp=77777777777777777 duration=5\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), ":1: expected tp=, pp=, cp= (1 to"));
+    write_file(path, "job 0 0 32 tp=8 priority=1e300 duration=5\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
+    write_file(path, "job 0 0 32 tp=8 duration=nan\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
+    write_file(path, "job inf 0 32 tp=8 duration=5\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
+    write_file(path, "fail 3 h00001 repair=-5\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), ":1: expected repair=SECONDS"));
+    // A written trace reads back as exactly the same events (with %.3f a duration of 1e-4 was
+    // written as 0.000 and refused; generated times were rounded, so a replay differed).
+    strata_trace_t g, back;
+    assert_int_equal(strata_trace_generate(&c, 40, 4, 7, &g), STRATA_OK);
+    g.ev[0].duration_s = 1e-4;
+    FILE *f = fopen(path, "w");
+    strata_trace_write(&c, &g, f);
+    fclose(f);
+    assert_int_equal(strata_trace_load(&c, path, &back), STRATA_OK);
+    assert_int_equal(back.nevents, g.nevents);
+    for (int i = 0; i < g.nevents; i++) {
+        assert_true(back.ev[i].time_s == g.ev[i].time_s);
+        assert_true(back.ev[i].duration_s == g.ev[i].duration_s);
+        assert_true(back.ev[i].repair_s == g.ev[i].repair_s);
+    }
+    strata_trace_free(&g);
+    strata_trace_free(&back);
+    write_file(path, "# only a comment\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_OK);
+    assert_int_equal(t.nevents, 0);
+    assert_int_equal(strata_sim_run(&c, &t, &o, &r), STRATA_OK);
+    assert_int_equal(r.jobs, 0);
+    strata_trace_free(&t);
     remove(path);
     strata_cluster_free(&c);
 }

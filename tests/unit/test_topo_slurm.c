@@ -42,6 +42,12 @@ static void test_hostname_order(void **state)
     assert_true(strata_hostname_cmp("a2b10", "a2b9") > 0);
     assert_int_equal(strata_hostname_cmp("gpu01", "gpu01"), 0);
     assert_true(strata_hostname_cmp("abc", "abd") < 0);
+    // Equal values, different padding: two hosts (the fuzzer found "n000" == "n0"), ordered
+    // consistently so a sorted index finds each.
+    assert_true(strata_hostname_cmp("n1", "n01") < 0);
+    assert_true(strata_hostname_cmp("n01", "n1") > 0);
+    assert_true(strata_hostname_cmp("n01", "n2") < 0);
+    assert_true(strata_hostname_cmp("r01n1", "r1n01") > 0);
 }
 
 static void test_tree_form(void **state)
@@ -115,6 +121,10 @@ static void test_errors(void **state)
     expect_error("SwitchName=s0 Nodes=n1 LinkSpeed=fast\n", "bad.conf:1: expected LinkSpeed=");
     expect_error("# nothing\n", "expected at least one Nodes=");
     expect_error("SwitchName=s0 Nodes\n", "bad.conf:1: expected Key=Value");
+    // Keys after BlockSizes= had no switch (index -1): a heap overflow found by fuzzing.
+    expect_error("BlockName=b1 Nodes=n[1-2]\nBlockSizes=2 LinkSpeed=5\n",
+                 "bad.conf:2: expected BlockSizes= alone");
+    expect_error("BlockName=b1 Nodes=n1\nBlockSizes=2 Nodes=n1\n", "bad.conf:2: expected BlockSizes=");
     strata_slurm_topo_t t;
     assert_int_equal(strata_slurm_topo_load("/nonexistent/topology.conf", &t), STRATA_ERR_IO);
 }

@@ -49,6 +49,9 @@ static void record_notice(st_store_t *st, int rank, const char *text, size_t len
     st->notice_rc = STRATA_ERR_PEER_FAILED;
     st->notice_rank = rank;
     snprintf(st->notice, sizeof st->notice, "%.*s", (int)ST_MIN(len, sizeof st->notice - 1), text);
+    if (!st->notice[0]) // an empty text (or one starting with NUL) would be an empty error message
+        snprintf(st->notice, sizeof st->notice, "the store at %s reported rank %d failed, without "
+                 "a reason", st->addr, rank);
     ST_LOG_DEBUG(ST_SUB_STORE, "notice from the store at %s: %s", st->addr, st->notice);
 }
 
