@@ -353,6 +353,9 @@ def inject(a, kind, rng, job, res, victim):
     if kind.startswith("ckpt_") and resumed == res.damaged:
         res.wrong_ckpt += 1
         res.notes.append(f"resumed at step {resumed}, the damaged step is {res.damaged}")
+    elif kind.startswith("ckpt_") and resumed > res.damaged:
+        res.notes.append(f"step {resumed} was committed after the damage to step {res.damaged}: "
+                         "the check was not exercised this time")
     end = time.monotonic() + 60
     while len(job.steps()) <= lines_before and time.monotonic() < end and job.p.poll() is None:
         time.sleep(0.02)
