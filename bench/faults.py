@@ -20,7 +20,8 @@ Kinds (each injected --repeat times into its own job, except in --soak):
                 the restart must refuse that step and resume from an older one
   ckpt_mixed    the newest step's rank-0 shard replaced by an older step's, then a kill
   ckpt_foreign  the newest step's rank-0 shard replaced by another run's, then a kill
-Link faults (a cut and a slowed link) need the emulated cluster: bench/faults_link.sh.
+Not here yet: link faults (a cut and a slowed link), which need the emulated cluster
+(bench/emu_cluster.sh), whose ranks run without strata launch.
 
 Needs root for enospc (mount -t tmpfs); other kinds run anywhere strata does. Uses only the
 Python standard library (run it with Debian's /usr/bin/python3).
