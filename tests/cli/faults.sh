@@ -192,17 +192,18 @@ check "diagnose on a missing directory fails naming it" test "$rc" -eq 1 -a -n "
 
 # ---- restarts ------------------------------------------------------------------------------------
 
-# Rank 1 of the first attempt dies by SIGKILL once a checkpoint exists (deterministically: it waits
-# for one, and the last step always writes one); the restarted job resumes from the newest valid
+# Rank 1 of the first attempt dies by SIGKILL once a checkpoint step is committed (deterministically:
+# it waits for a manifest, and the last step always writes one; metrics lines other than steps, such
+# as the resume's event, are skipped); the restarted job resumes from the newest valid
 # checkpoint and must end where an uninterrupted run ends.
 STEPS=2000
 CKPT=(--steps $STEPS --ckpt-every 20 --keep 3 --resume)
 start ref -n 2 -- "$STRATA" "${TRAIN[@]}" "${CKPT[@]}" --ckpt-dir "$TMP/ref/ck" --metrics "$TMP/ref/m.jsonl"
 finish
-ref_last=$(tail -n 1 "$TMP/ref/m.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/')
+ref_last=$(grep '^{"step"' "$TMP/ref/m.jsonl" | tail -n 1 | sed -E 's/.*"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/')
 # shellcheck disable=SC2016 # expanded by the rank's shell
 KILL_ONCE='if [ "$RANK" = 1 ] && [ "$STRATA_RESTART_COUNT" = 0 ]; then
-      "$@" & while ! ls "$J"/ck/ckpt_*.rank1.safetensors >/dev/null 2>&1; do sleep 0.05; done
+      "$@" & while ! ls "$J"/ck/ckpt_*.manifest.json >/dev/null 2>&1; do sleep 0.05; done
       kill -KILL $$
     fi; exec "$@"'
 start restart1 -n 2 --max-restarts 2 -- sh -c "$WRAP" sh sh -c "$KILL_ONCE" sh "$STRATA" \
@@ -216,7 +217,7 @@ resumed() { cat "$J/out" "$J/err" | grep -q "^\[r0\] strata train: resumed at st
 check "the restarted ranks resumed from the checkpoint" resumed
 check "the restarted ranks see STRATA_RESTART_COUNT=1 and TORCHELASTIC_RESTART_COUNT=1" \
     test "$(cut -d' ' -f3,4 "$J/pid.0")" = "1 1"
-last=$(tail -n 1 "$J/m.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/')
+last=$(grep '^{"step"' "$J/m.jsonl" | tail -n 1 | sed -E 's/.*"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/')
 check "the restarted job ends at step $STEPS with the uninterrupted run's loss ($ref_last)" \
     test "$last" = "$ref_last" -a "${last%% *}" = "$STEPS"
 
