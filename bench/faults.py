@@ -309,6 +309,7 @@ def inject(a, kind, rng, job, res, victim):
                              for n in os.listdir(foreign)) if m)
             shutil.copyfile(os.path.join(foreign, f"ckpt_{fsteps[-1]:08d}.rank0.safetensors"),
                             shard(job, newest, 0))
+        before = job.last_step()  # the wait for two committed steps took a while
         os.kill(job.ranks()[victim], signal.SIGKILL)
         res.damaged = newest
     res.injected += 1
