@@ -29,6 +29,8 @@ static inline long long st_mul_sat(long long a, long long b)
 /* The shortest of %.15g and %.17g that strtod reads back as exactly v, in buf (32 bytes are
  * enough); returns buf. For files strata writes and reads again (traces, accelerator files). */
 const char *st_format_double(double v, char *buf, size_t size);
+/* The ranks r with in[r] as ranges, "0-2, 4, 6-7"; cut short (at a range) when buf is full. */
+void st_format_ranks(const bool *in, int n, char *buf, size_t len);
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 

@@ -161,6 +161,8 @@ static void dump_diag(const st_ep_t *ep)
 }
 
 static strata_status_t vfail(st_ep_t *ep, int culprit, strata_status_t status, const char *fmt,
+                             va_list ap) ST_PRINTF(4, 0);
+static strata_status_t vfail(st_ep_t *ep, int culprit, strata_status_t status, const char *fmt,
                              va_list ap)
 {
     if (ep->failed == STRATA_OK) {

@@ -81,23 +81,6 @@ static strata_status_t read_beats(st_ep_t *ep, beat_t *b)
     return STRATA_OK;
 }
 
-/* "0-2, 4, 6-7" from a membership array. */
-static void format_ranks(const bool *in, int n, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int r = 0; r < n && used < len; r++) {
-        if (!in[r] || (r > 0 && in[r - 1]))
-            continue;
-        int end = r;
-        while (end + 1 < n && in[end + 1])
-            end++;
-        int w = end > r ? snprintf(buf + used, len - used, "%s%d-%d", used ? ", " : "", r, end)
-                        : snprintf(buf + used, len - used, "%s%d", used ? ", " : "", r);
-        used += w > 0 ? (size_t)w : 0;
-    }
-}
-
 /* Sleeps `ns` in short naps, beating, until a failure notice arrives (returns it) or time is up. */
 static strata_status_t nap_beating(st_ep_t *ep, st_watch_t *w, uint64_t ns, const char *what,
                                    int awaited)
@@ -189,9 +172,9 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     }
     if (culprit >= 0) {
         char waiting[256], others[256];
-        format_ranks(alive, n, waiting, sizeof waiting);
+        st_format_ranks(alive, n, waiting, sizeof waiting);
         suspect[culprit] = false;
-        format_ranks(suspect, n, others, sizeof others);
+        st_format_ranks(suspect, n, others, sizeof others);
         const char *op = strstr(what, "in ") == what ? what + 3 : what;
         char opname[160];
         int oplen = (int)strcspn(op, "(");

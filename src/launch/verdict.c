@@ -18,22 +18,7 @@
 
 void strata_rank_ranges(const bool *flags, int n, char *buf, size_t len)
 {
-    size_t used = 0;
-    if (len)
-        buf[0] = '\0';
-    for (int r = 0; r < n; r++) {
-        if (!flags[r])
-            continue;
-        int e = r;
-        while (e + 1 < n && flags[e + 1])
-            e++;
-        int w = e > r ? snprintf(buf + used, len - used, "%s%d-%d", used ? ", " : "", r, e)
-                      : snprintf(buf + used, len - used, "%s%d", used ? ", " : "", r);
-        if (w < 0 || (size_t)w >= len - used)
-            return;
-        used += (size_t)w;
-        r = e;
-    }
+    st_format_ranks(flags, n, buf, len);
 }
 
 static bool ended_badly(const strata_rank_obs_t *o)
