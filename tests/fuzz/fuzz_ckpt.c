@@ -1,16 +1,15 @@
-/* Fuzz target: safetensors checkpoints (src/train/checkpoint.c: strata_ckpt_open; src/train/
- * ckpt_step.c: strata_ckpt_assemble), the way `strata sample --ckpt` and `strata train --resume` read
- * them.
+/* Fuzz target: safetensors checkpoints (src/train/checkpoint.c: strata_ckpt_open; ckpt_step.c:
+ * strata_ckpt_assemble), the way `strata sample --ckpt` and `strata train --resume` read them.
  *
- * A mutated file almost never keeps its checksums, which would stop every input at the first one; so
- * the target re-seals it before it is read: the data crc32 ("crc32":"xxxxxxxx") first, since it lies
- * inside the header, then the header's own "header_crc32" over the length bytes and the header (the
- * checksums themselves are tested by the unit tests). The file is stored as step 1 of a one-process
- * run. An accepted checkpoint's tensors are all read; when its metadata holds a small model
- * configuration, the step is committed with a manifest carrying the file's digest and its metadata
- * (as the trainer's rank 0 commits it), and that model is built, assembled from the step with and
- * without optimizer state, and run forward and backward on a few tokens, so the values a file
- * carries (huge, tiny) reach the model's kernels as they do in `strata sample`. */
+ * A mutated file almost never keeps its checksums, which would stop every input at the first one;
+ * so the target re-seals it before it is read: the data crc32 ("crc32":"xxxxxxxx") first, since it
+ * lies inside the header, then the header's own "header_crc32" over the length bytes and the header
+ * (the checksums themselves are tested by the unit tests). The file is stored as step 1 of a
+ * one-process run. An accepted checkpoint's tensors are all read; when its metadata holds a small
+ * model configuration, the step is committed with a manifest carrying the file's digest and its
+ * metadata (as the trainer's rank 0 commits it), and that model is built, assembled from the step
+ * with and without optimizer state, and run forward and backward on a few tokens, so the values a
+ * file carries (huge, tiny) reach the model's kernels as they do in `strata sample`. */
 #include "common.h"
 
 #include "strata/model.h"

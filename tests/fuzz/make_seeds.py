@@ -51,7 +51,7 @@ RUN_ID = "5eed5eed5eed5eed"
 
 
 def safetensors(tensors, meta, shapes=None):
-    """tensors: list of (name, shape, floats); shapes: name -> shape written instead of the real one.
+    """tensors: list of (name, shape, floats); shapes: name -> a shape to write instead.
     The header is sealed as strata_ckpt_write seals it (see seal_header in bench/torch_gpt.py)."""
     header, blob = {}, b""
     for name, shape, vals in tensors:
