@@ -1,36 +1,32 @@
-/* Fuzz target: safetensors checkpoints (src/train/checkpoint.c: strata_ckpt_open and
+/* Fuzz target: safetensors checkpoints (src/train/checkpoint.c: strata_ckpt_open; ckpt_step.c:
  * strata_ckpt_assemble), the way `strata sample --ckpt` and `strata train --resume` read them.
  *
- * A mutated file almost never keeps its crc32, which would stop every input at the checksum; so
- * when the header holds "crc32":"xxxxxxxx", those 8 characters are replaced by the checksum of the
- * data section before the file is read (the checksum itself is tested by the unit tests). The file
- * is stored as step 1 of a run: unsharded, or as rank 0's shard when its header names a
- * "params@" range. An accepted checkpoint's tensors are all read; when its metadata holds a small
- * model configuration, that model is built, assembled from the file with and without optimizer
- * state, and run forward and backward on a few tokens, so the values a file carries (NaN, Inf,
- * huge) reach the model's kernels as they do in `strata sample`. */
+ * A mutated file almost never keeps its checksums, which would stop every input at the first one;
+ * so the target re-seals it before it is read: the data crc32 ("crc32":"xxxxxxxx") first, since it
+ * lies inside the header, then the header's own "header_crc32" over the length bytes and the header
+ * (the checksums themselves are tested by the unit tests). The file is stored as step 1 of a
+ * one-process run. An accepted checkpoint's tensors are all read; when its metadata holds a small
+ * model configuration, the step is committed with a manifest carrying the file's digest and its
+ * metadata (as the trainer's rank 0 commits it), and that model is built, assembled from the step
+ * with and without optimizer state, and run forward and backward on a few tokens, so the values a
+ * file carries (huge, tiny) reach the model's kernels as they do in `strata sample`. */
 #include "common.h"
 
 #include "strata/model.h"
 #include "strata/train.h"
+#include "train/ckpt_internal.h"
 
 #include <json-c/json.h>
 #include <string.h>
 #include <unistd.h>
 
-static uint32_t crc32_of(const uint8_t *p, size_t n)
-{
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    }
-    return ~c;
-}
+/* A run id for files that carry none: the manifest needs one, so such a file is refused as a shard
+ * of another run, as strata_ckpt_assemble refuses it. */
+#define FUZZ_RUN_ID "00000000000f0220"
 
-/* Rewrites the stored crc32 to match the data section, when there is one to rewrite. */
-static void fix_crc(uint8_t *buf, size_t size)
+/* Rewrites the stored crc32 to match the data section, then seals the header, when there are
+ * fields to rewrite. */
+static void reseal(uint8_t *buf, size_t size)
 {
     if (size < 8)
         return;
@@ -39,14 +35,16 @@ static void fix_crc(uint8_t *buf, size_t size)
         hlen |= (uint64_t)buf[i] << (8 * i);
     if (hlen > size - 8)
         return;
+    char *hdr = (char *)buf + 8;
     static const char key[] = "\"crc32\":\"";
-    const uint8_t *hdr = buf + 8;
-    const uint8_t *at = memmem(hdr, hlen, key, sizeof key - 1);
-    if (!at || (size_t)(at - hdr) + sizeof key - 1 + 8 > hlen)
-        return;
-    char hex[9];
-    snprintf(hex, sizeof hex, "%08x", crc32_of(buf + 8 + hlen, size - 8 - hlen));
-    memcpy((uint8_t *)at + sizeof key - 1, hex, 8);
+    const char *at = memmem(hdr, hlen, key, sizeof key - 1);
+    if (at && (size_t)(at - hdr) + sizeof key - 1 + 8 <= hlen)
+        st_ckpt_put_crc(hdr, (size_t)(at - hdr) + sizeof key - 1,
+                        st_crc32(0, buf + 8 + hlen, size - 8 - hlen));
+    uint32_t crc;
+    size_t pos;
+    if (st_ckpt_sealed_crc(buf, 8, hdr, hlen, "header_crc32", &crc, &pos))
+        st_ckpt_put_crc(hdr, pos, crc);
 }
 
 /* The model of the checkpoint's metadata, if it has one small enough to run here. */
@@ -63,16 +61,35 @@ static bool small_model(const strata_ckpt_t *ck, strata_gpt_config_t *cfg)
     return ok;
 }
 
-static void run_model(const strata_gpt_config_t *cfg, const char *dir)
+/* Commits step 1 of dir as the trainer's rank 0 would for the file ck (its digest, run id, seed
+ * and config), for model m. */
+static void commit(const strata_ckpt_t *ck, const strata_gpt_t *m, const char *dir)
+{
+    const strata_ckpt_meta_t *md = strata_ckpt_meta(ck);
+    strata_ckpt_digest_t d = strata_ckpt_digest(ck);
+    strata_ckpt_manifest_t mf = {.step = 1, .nranks = 1,
+                                 .nparams = (int64_t)strata_model_nparams(m), .seed = md->seed,
+                                 .shards = &d};
+    snprintf(mf.run_id, sizeof mf.run_id, "%s", md->run_id[0] ? md->run_id : FUZZ_RUN_ID);
+    snprintf(mf.config, sizeof mf.config, "%s", md->config);
+    // Not durable (no fsync): the same writer as strata_ckpt_commit, at the speed of a memory one.
+    FUZZ_CHECK(st_ckpt_commit(dir, &mf, false) == STRATA_OK);
+}
+
+static void run_model(const strata_ckpt_t *ck, const strata_gpt_config_t *cfg, const char *dir)
 {
     strata_gpt_t *m;
     if (strata_model_create(cfg, 1, 1, &m) < 0)
         return;
+    commit(ck, m, dir);
     for (int with_state = 0; with_state < 2; with_state++) {
         strata_ckpt_full_t full;
-        if (strata_ckpt_assemble(m, dir, 1, with_state, &full) < 0)
+        if (strata_ckpt_assemble(m, dir, 1, with_state, &full) < 0) {
+            FUZZ_CHECK(strata_last_error()[0]);
             continue;
+        }
         FUZZ_CHECK(full.nparams == strata_model_nparams(m));
+        FUZZ_CHECK(!with_state || (full.m && full.v));
         memcpy(strata_model_param_arena(m), full.params, full.nparams * sizeof(float));
         strata_ckpt_full_free(&full);
         int32_t tok[4], tgt[4];
@@ -92,14 +109,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t *buf = malloc(size ? size : 1);
     memcpy(buf, data, size);
-    fix_crc(buf, size);
-    bool shard = memmem(buf, size, "params@", 7) != NULL;
-    const char *name = shard ? "ckpt_00000001.rank0.safetensors" : "ckpt_00000001.safetensors";
-    char other[512];
-    snprintf(other, sizeof other, "%s/%s", fuzz_dir(),
-             shard ? "ckpt_00000001.safetensors" : "ckpt_00000001.rank0.safetensors");
-    unlink(other);
-    const char *path = fuzz_file(name, buf, size);
+    reseal(buf, size);
+    const char *dir = fuzz_dir();
+    const char *path = fuzz_file("ckpt_00000001.safetensors", buf, size); // step 1, one process
     free(buf);
     strata_ckpt_t *ck;
     if (strata_ckpt_open(path, &ck) < 0) {
@@ -125,9 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     (void)sink;
     strata_gpt_config_t cfg;
-    bool run = small_model(ck, &cfg);
+    if (small_model(ck, &cfg))
+        run_model(ck, &cfg, dir);
     strata_ckpt_close(ck);
-    if (run)
-        run_model(&cfg, fuzz_dir());
     return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the fuzz targets that are not copies of files under data/: small
-safetensors checkpoints in strata's format (corpus/ckpt/) and store protocol sessions
+safetensors checkpoints in strata's format (corpus/ckpt/, and the regression inputs of
+regressions/ckpt/, rebuilt from what each is about) and store protocol sessions
 (corpus/store/, the script format of fuzz_store.c; corpus/store_client/, the store's replies). Deterministic; the output is committed.
     python3 tests/fuzz/make_seeds.py"""
 import json
@@ -11,8 +12,8 @@ import zlib
 here = os.path.dirname(os.path.abspath(__file__))
 
 
-def write(target, name, data):
-    d = os.path.join(here, "corpus", target)
+def write(target, name, data, kind="corpus"):
+    d = os.path.join(here, kind, target)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
@@ -46,20 +47,29 @@ def count(shape):
     return n
 
 
-def safetensors(tensors, meta):
-    """tensors: list of (name, shape, floats)."""
+RUN_ID = "5eed5eed5eed5eed"
+
+
+def safetensors(tensors, meta, shapes=None):
+    """tensors: list of (name, shape, floats); shapes: name -> a shape to write instead.
+    The header is sealed as strata_ckpt_write seals it (see seal_header in bench/torch_gpt.py)."""
     header, blob = {}, b""
     for name, shape, vals in tensors:
         data = struct.pack("<%df" % len(vals), *vals)
-        header[name] = {"dtype": "F32", "shape": shape,
+        header[name] = {"dtype": "F32", "shape": (shapes or {}).get(name, shape),
                         "data_offsets": [len(blob), len(blob) + len(data)]}
         blob += data
     md = {"format": "strata", "crc32": "%08x" % zlib.crc32(blob)}
     md.update(meta)
+    md["header_crc32"] = "00000000"
     header["__metadata__"] = md
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + blob
+    sealed = struct.pack("<Q", len(h)) + h
+    field = b'"header_crc32":"00000000"'
+    assert sealed.count(field) == 1
+    sealed = sealed.replace(field, b'"header_crc32":"%08x"' % zlib.crc32(sealed))
+    return sealed + blob
 
 
 def values(n, seed):
@@ -71,17 +81,29 @@ def ckpt_seeds():
     P = sum(count(s) for _, s in table)
     cfg = json.dumps({"model": MODEL, "batch": 1, "seq": 4, "steps": 2})
     meta = {"step": "1", "seed": "1", "data_pos": "2", "rank": "0", "nranks": "1",
-            "shard_offset": "0", "shard_count": str(P), "config": cfg}
+            "shard_offset": "0", "shard_count": str(P), "run_id": RUN_ID, "config": cfg}
     params = [(n, s, values(count(s), i)) for i, (n, s) in enumerate(table)]
     write("ckpt", "unsharded.safetensors", safetensors(params, meta))
     state = [("optim.m", [P], values(P, 50)), ("optim.v", [P], [abs(v) for v in values(P, 51)])]
     write("ckpt", "unsharded_state.safetensors", safetensors(params + state, meta))
-    # Rank 0 of a one-rank ZeRO run: the whole arena as one range, with its optimizer state.
+    # A one-rank ZeRO run: the whole arena as one range, with its optimizer state.
     flat = [v for _, _, vals in params for v in vals]
     shard = [("params@0", [P], flat), ("optim.m@0", [P], values(P, 52)),
              ("optim.v@0", [P], [abs(v) for v in values(P, 53)])]
     write("ckpt", "shard.safetensors", safetensors(shard, meta))
     write("ckpt", "no_config.safetensors", safetensors(params[:2], {"step": "3"}))
+
+    # Regression inputs (docs/fuzzing.md, "What fuzzing found").
+    # Finite weights of up to 1e30 pass every check of the file; the forward pass overflows them to
+    # inf and inf - inf = NaN, which reached st_exp's float-to-int conversion.
+    huge = [v * 4e30 for v in flat]
+    write("ckpt", "nan_weight_st_exp.safetensors",
+          safetensors([("params@0", [P], huge)] + shard[1:], meta), "regressions")
+    # A shape whose element count wraps size_t (2^32 x 2^32 = 0 mod 2^64; each within 2^53) over an
+    # empty data range.
+    write("ckpt", "shape_count_wraps.safetensors",
+          safetensors([("big", [0], [])], {"step": "1"}, {"big": [1 << 32, 1 << 32]}),
+          "regressions")
 
 
 # ---- store sessions ------------------------------------------------------------------------------
