@@ -115,7 +115,6 @@ st_store_t *st_ep_store(const st_ep_t *ep) { return ep->store; }
 st_win_t *st_ep_window(const st_ep_t *ep) { return ep->win; }
 st_flight_t *st_ep_flight(st_ep_t *ep) { return &ep->flight; }
 bool st_ep_store_on_rank0(const st_ep_t *ep) { return ep->store_on_rank0; }
-const char *st_ep_host(const st_ep_t *ep) { return ep->host; }
 int st_ep_culprit(const st_ep_t *ep) { return ep->culprit; }
 uint64_t st_ep_wait_ns(const st_ep_t *ep) { return ep->wait_ns; }
 
@@ -708,10 +707,11 @@ static void beat(st_ep_t *ep, void *arg, st_wait_what_fn what, uint64_t since)
     st_watch_beat(ep, &ep->watch, buf, awaited);
 }
 
+/* The wait itself; `began` is when it began (heartbeats start one period later). */
 static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg,
-                                 st_wait_what_fn what, uint64_t deadline_ns)
+                                 st_wait_what_fn what, uint64_t deadline_ns, uint64_t began)
 {
-    uint64_t idle_since = 0, began = st_now_ns();
+    uint64_t idle_since = 0;
     unsigned idle = 0;
     for (;;) {
         bool moved = false;
@@ -770,9 +770,9 @@ static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg
 strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg, st_wait_what_fn what,
                            uint64_t deadline_ns)
 {
-    uint64_t t0 = st_now_ns();
-    strata_status_t rc = wait_loop(ep, done, arg, what, deadline_ns);
-    ep->wait_ns += st_now_ns() - t0;
+    uint64_t began = st_now_ns();
+    strata_status_t rc = wait_loop(ep, done, arg, what, deadline_ns, began);
+    ep->wait_ns += st_now_ns() - began;
     if (rc >= 0)
         st_watch_rest(ep, &ep->watch);
     return rc;

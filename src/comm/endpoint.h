@@ -86,8 +86,6 @@ st_flight_t *st_ep_flight(st_ep_t *ep);
 bool st_ep_store_on_rank0(const st_ep_t *ep);
 /* Nanoseconds spent in st_ep_wait so far. */
 uint64_t st_ep_wait_ns(const st_ep_t *ep);
-/* This process's host name. */
-const char *st_ep_host(const st_ep_t *ep);
 int st_ep_size(const st_ep_t *ep);
 long long st_ep_timeout_ms(const st_ep_t *ep);
 /* True when every rank of the job shares this host and shared memory is allowed. */

@@ -26,23 +26,6 @@ void st_flight_end(st_flight_t *f, uint64_t id, strata_status_t rc)
     f->completed++;
 }
 
-const st_flight_entry_t *st_flight_pending(const st_flight_t *f)
-{
-    uint64_t first = f->next >= ST_FLIGHT_LEN ? f->next - ST_FLIGHT_LEN + 1 : 1;
-    for (uint64_t id = first; id <= f->next; id++) {
-        const st_flight_entry_t *e = &f->ring[id % ST_FLIGHT_LEN];
-        if (e->id == id && e->state == ST_FLIGHT_STARTED)
-            return e;
-    }
-    return NULL;
-}
-
-void st_flight_describe(const st_flight_entry_t *e, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s #%" PRIu32 "%s (%s, %" PRIu64 " bytes)", e->what, e->seq,
-             e->ctx ? " of a split communicator" : "", e->algo ? e->algo : "direct", e->bytes);
-}
-
 static const char *state_name(int s)
 {
     return s == ST_FLIGHT_DONE ? "done" : s == ST_FLIGHT_FAILED ? "failed" : "started";

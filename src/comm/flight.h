@@ -41,12 +41,6 @@ uint64_t st_flight_begin(st_flight_t *f, uint32_t ctx, uint32_t seq, const char 
 /* Records the end of operation `id` (no-op if it has left the ring). */
 void st_flight_end(st_flight_t *f, uint64_t id, strata_status_t rc);
 
-/* The oldest operation still started, or NULL. */
-const st_flight_entry_t *st_flight_pending(const st_flight_t *f);
-
-/* "allreduce #12 (ring, 4096 bytes)" for messages. */
-void st_flight_describe(const st_flight_entry_t *e, char *buf, size_t len);
-
 /* The ring, oldest first, as a new JSON array of objects {ctx, seq, op, algo, bytes, state, ms}
  * (ms: duration, -1 while started). The caller owns it. */
 json_object *st_flight_to_json(const st_flight_t *f);
