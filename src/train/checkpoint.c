@@ -424,8 +424,7 @@ static strata_status_t read_meta(json_object *md, strata_ckpt_t *ck)
     return check_meta(m, path);
 }
 
-/* A JSON integer in [lo, hi]. */
-static bool json_int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out)
+bool st_ckpt_json_int(json_object *v, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!v || !json_object_is_type(v, json_type_int))
         return false;
@@ -473,7 +472,7 @@ static strata_status_t read_entries(json_object *root, strata_ckpt_t *ck)
         e->ndim = (int)json_object_array_length(shape);
         size_t count = 1;
         for (int d = 0; d < e->ndim; d++) {
-            if (!json_int_in(json_object_array_get_idx(shape, (size_t)d), 0, ST_CKPT_INT_MAX,
+            if (!st_ckpt_json_int(json_object_array_get_idx(shape, (size_t)d), 0, ST_CKPT_INT_MAX,
                              &e->shape[d]) ||
                 (e->shape[d] > 0 && count > (size_t)ST_CKPT_INT_MAX / (size_t)e->shape[d]))
                 return st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has a shape that "
@@ -481,8 +480,8 @@ static strata_status_t read_entries(json_object *root, strata_ckpt_t *ck)
             count *= (size_t)e->shape[d];
         }
         int64_t b, en;
-        if (!json_int_in(json_object_array_get_idx(offs, 0), 0, ST_CKPT_INT_MAX, &b) ||
-            !json_int_in(json_object_array_get_idx(offs, 1), 0, ST_CKPT_INT_MAX, &en) || en < b ||
+        if (!st_ckpt_json_int(json_object_array_get_idx(offs, 0), 0, ST_CKPT_INT_MAX, &b) ||
+            !st_ckpt_json_int(json_object_array_get_idx(offs, 1), 0, ST_CKPT_INT_MAX, &en) || en < b ||
             (size_t)en > ck->data_bytes || (size_t)(en - b) != count * 4 || b % 4 != 0)
             return st_error(STRATA_ERR_PARSE, "checkpoint %s: tensor '%s' has data_offsets that "
                             "do not fit its shape or the %zu data bytes (truncated?)", path, key,

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "strata/status.h"
 #include "strata/train.h"
 
@@ -31,6 +33,10 @@ void st_ckpt_put_crc(char *text, size_t at, uint32_t crc);
 
 /* Parses exactly 8 lowercase hex digits. */
 bool st_ckpt_parse_crc(const char *s, uint32_t *out);
+
+/* True with *out when v is a JSON integer in [lo, hi] (false for NULL, another type, or out of
+ * range), for every number a checkpoint or manifest holds. */
+bool st_ckpt_json_int(json_object *v, int64_t lo, int64_t hi, int64_t *out);
 
 /* Writes the concatenation of n buffers to path atomically: a temporary file beside it
  * (st_ckpt_tmp_name), [fsync,] rename[, fsync of the directory]; the temporary is removed on

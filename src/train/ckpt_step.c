@@ -280,14 +280,7 @@ strata_status_t strata_ckpt_uncommit(const char *dir, int64_t step)
 static bool get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
 {
     json_object *v;
-    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
-        return false;
-    errno = 0;
-    int64_t x = json_object_get_int64(v);
-    if (errno || x < lo || x > hi)
-        return false;
-    *out = x;
-    return true;
+    return json_object_object_get_ex(o, key, &v) && st_ckpt_json_int(v, lo, hi, out);
 }
 
 static const char *get_str(json_object *o, const char *key)
