@@ -46,7 +46,10 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
         free(world);
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory creating a communicator");
     }
-    strata_status_t rc = st_ep_create(cfg, &sh->ep);
+    st_place_t place;
+    strata_status_t rc = st_comm_locate(&place);
+    if (rc == STRATA_OK)
+        rc = st_ep_create(cfg, place.path, &sh->ep);
     if (rc < 0) {
         free(c);
         free(sh);
@@ -62,7 +65,7 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
     c->world = world;
     c->ctx = 1;
     c->link = st_ep_single_host(sh->ep) ? strata_link_default_shm() : strata_link_default_tcp();
-    rc = st_comm_topo_create(c);
+    rc = st_comm_topo_create(c, &place);
     if (rc < 0) {
         strata_comm_destroy(c);
         return rc;

@@ -120,9 +120,11 @@ uint64_t st_ep_wait_ns(const st_ep_t *ep) { return ep->wait_ns; }
 
 const char *st_ep_peer_name(st_ep_t *ep, int rank)
 {
-    static _Thread_local char buf[128];
+    static _Thread_local char buf[288];
     st_peer_t *p = &ep->peers[rank];
-    if (p->host[0])
+    if (p->host[0] && p->path[0])
+        snprintf(buf, sizeof buf, "rank %d (host %s pid %d, %s)", rank, p->host, p->pid, p->path);
+    else if (p->host[0])
         snprintf(buf, sizeof buf, "rank %d (host %s pid %d)", rank, p->host, p->pid);
     else
         snprintf(buf, sizeof buf, "rank %d", rank);
@@ -282,7 +284,7 @@ static strata_status_t store_barrier(st_ep_t *ep)
     return STRATA_OK;
 }
 
-strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
+strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, st_ep_t **out)
 {
     *out = NULL;
     st_ep_t *ep = calloc(1, sizeof *ep);
@@ -312,13 +314,15 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
     me->host_hash = ep->host_hash;
     me->pid = (int)getpid();
     snprintf(me->host, sizeof me->host, "%s", ep->host);
+    snprintf(me->path, sizeof me->path, "%s", path);
     st_log_set_rank(cfg->rank);
 
     if (cfg->host_store && cfg->rank == 0) {
         ST_TRY_GOTO(st_store_server_open(cfg->store_addr, ep->secret, &ep->server), rc, fail);
         ST_TRY_GOTO(st_store_server_start_thread(ep->server), rc, fail);
     }
-    ST_TRY_GOTO(st_store_connect(cfg->store_addr, ep->secret, cfg->rank, ep->timeout_ms, &ep->store),
+    ST_TRY_GOTO(st_store_connect_at(cfg->store_addr, ep->secret, cfg->rank, path, ep->timeout_ms,
+                                    &ep->store),
                 rc, fail);
     for (int i = 0; i < ST_NTP; i++)
         ST_TRY_GOTO(transports[i]->open(ep, &ep->tp[i]), rc, fail);
@@ -326,10 +330,11 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out)
 
     char tcpaddr[64] = "";
     transports[ST_TP_TCP]->address(ep->tp[ST_TP_TCP], tcpaddr, sizeof tcpaddr);
-    char key[32], val[256];
+    char key[32], val[384];
     snprintf(key, sizeof key, "addr/%d", ep->rank);
-    int n = snprintf(val, sizeof val, "%016llx %d %s %s", (unsigned long long)ep->host_hash,
-                     (int)getpid(), ep->host, tcpaddr);
+    int n = snprintf(val, sizeof val, "%016llx %d %s %s %s", (unsigned long long)ep->host_hash,
+                     (int)getpid(), ep->host, tcpaddr[0] ? tcpaddr : "-",
+                     me->path[0] ? me->path : "-");
     ST_TRY_GOTO(st_store_set(ep->store, key, val, (size_t)n), rc, fail);
     ST_TRY_GOTO(store_barrier(ep), rc, fail);
     ep->spin_ns = spin_ns(ep);
@@ -380,6 +385,27 @@ void st_ep_destroy(st_ep_t *ep)
 
 /* ---- peers ------------------------------------------------------------------------------------- */
 
+/* Fetches p's address record from the store: "hosthash pid host tcpaddr path" ("-": none). */
+static strata_status_t lookup(st_ep_t *ep, st_peer_t *p)
+{
+    char key[32];
+    snprintf(key, sizeof key, "addr/%d", p->rank);
+    void *val = NULL;
+    size_t len = 0;
+    ST_TRY(st_store_get(ep->store, key, &val, &len, ep->timeout_ms));
+    unsigned long long hash = 0;
+    char addr[64] = "", path[128] = "";
+    int fields = sscanf(val, "%llx %d %63s %63s %127s", &hash, &p->pid, p->host, addr, path);
+    free(val);
+    if (fields < 4)
+        return st_error(STRATA_ERR_REMOTE, "rank %d published a malformed address", p->rank);
+    snprintf(p->addr, sizeof p->addr, "%s", strcmp(addr, "-") ? addr : "");
+    snprintf(p->path, sizeof p->path, "%s", fields == 5 && strcmp(path, "-") ? path : "");
+    p->host_hash = hash;
+    p->resolved = true;
+    return STRATA_OK;
+}
+
 static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
 {
     if (p->resolved)
@@ -392,24 +418,11 @@ static strata_status_t resolve(st_ep_t *ep, st_peer_t *p)
         p->resolved = true;
         return STRATA_OK;
     }
-    char key[32];
-    snprintf(key, sizeof key, "addr/%d", p->rank);
-    void *val = NULL;
-    size_t len = 0;
-    strata_status_t rc = st_store_get(ep->store, key, &val, &len, ep->timeout_ms);
+    strata_status_t rc = lookup(ep, p);
     if (rc == STRATA_ERR_PEER_FAILED && st_ep_check_store(ep) < 0)
         return ep->failed; // the job failed meanwhile: its root cause, not this lookup, is news
     if (rc < 0)
         return st_ep_fail(ep, rc, "looking up rank %d: %s", p->rank, strata_last_error());
-    char *text = val;
-    unsigned long long hash = 0;
-    if (sscanf(text, "%llx %d %63s %63s", &hash, &p->pid, p->host, p->addr) < 3) {
-        free(val);
-        return st_ep_fail(ep, STRATA_ERR_REMOTE, "rank %d published a malformed address", p->rank);
-    }
-    free(val);
-    p->host_hash = hash;
-    p->resolved = true;
     return STRATA_OK;
 }
 
@@ -772,8 +785,9 @@ strata_status_t st_ep_wait(st_ep_t *ep, bool (*done)(void *arg), void *arg, st_w
 {
     uint64_t began = st_now_ns();
     strata_status_t rc = wait_loop(ep, done, arg, what, deadline_ns, began);
-    ep->wait_ns += st_now_ns() - began;
+    uint64_t now = st_now_ns();
+    ep->wait_ns += now - began;
     if (rc >= 0)
-        st_watch_rest(ep, &ep->watch);
+        st_watch_rest(ep, &ep->watch, now);
     return rc;
 }

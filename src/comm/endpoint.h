@@ -60,6 +60,7 @@ struct st_peer {
     int pid;
     char addr[64];               /* tcp "ip:port" */
     char host[64];               /* for messages */
+    char path[128];              /* its place on the fabric, for messages ("" if unknown) */
     const st_transport_ops_t *tp; /* chosen transport, NULL until first use */
     void *conn;                  /* transport state */
     st_msg_t *sendq, *sendq_tail;
@@ -71,8 +72,9 @@ struct st_peer {
 typedef struct st_win st_win_t;
 
 /* Creates the endpoint of `rank`: connects to the store (hosting it first on rank 0 when asked),
- * opens the transports, publishes this rank's address and waits until all ranks have. */
-strata_status_t st_ep_create(const strata_comm_config_t *cfg, st_ep_t **out);
+ * opens the transports, publishes this rank's address (with `path`, its place on the fabric, for
+ * messages naming it; "" when unknown) and waits until all ranks have. */
+strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, st_ep_t **out);
 
 /* Says goodbye to the store (unless failed), closes every connection, frees. */
 void st_ep_destroy(st_ep_t *ep);

@@ -26,6 +26,23 @@ void st_flight_end(st_flight_t *f, uint64_t id, strata_status_t rc)
     f->completed++;
 }
 
+void st_flight_last_done(const st_flight_t *f, char *buf, size_t len)
+{
+    uint64_t first = f->next >= ST_FLIGHT_LEN ? f->next - ST_FLIGHT_LEN + 1 : 1;
+    for (uint64_t id = f->next; id >= first && id > 0; id--) {
+        const st_flight_entry_t *e = &f->ring[id % ST_FLIGHT_LEN];
+        if (e->id != id || e->state != ST_FLIGHT_DONE)
+            continue;
+        char on[40] = "";
+        if (e->ctx > 1)
+            snprintf(on, sizeof on, " on communicator %" PRIu32, e->ctx);
+        snprintf(buf, len, "%s #%" PRIu32 "%s completed (%" PRIu64 " operation%s in all)", e->what,
+                 e->seq, on, f->completed, f->completed == 1 ? "" : "s");
+        return;
+    }
+    snprintf(buf, len, "nothing completed");
+}
+
 static const char *state_name(int s)
 {
     return s == ST_FLIGHT_DONE ? "done" : s == ST_FLIGHT_FAILED ? "failed" : "started";

@@ -7,6 +7,7 @@
 #ifndef ST_FLIGHT_H
 #define ST_FLIGHT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <json-c/json.h>
@@ -19,7 +20,7 @@ enum st_flight_state { ST_FLIGHT_STARTED = 0, ST_FLIGHT_DONE, ST_FLIGHT_FAILED }
 
 typedef struct st_flight_entry {
     uint64_t id;       /* position in the ring's history (1, 2, ...); 0 = empty */
-    uint32_t ctx;      /* the communicator's context id (0 = world) */
+    uint32_t ctx;      /* the communicator's context id (1 = world) */
     uint32_t seq;      /* the operation's number on that communicator (1-based) */
     const char *what;  /* "allreduce", "send", ... (static strings) */
     const char *algo;  /* static string or NULL */
@@ -40,6 +41,10 @@ uint64_t st_flight_begin(st_flight_t *f, uint32_t ctx, uint32_t seq, const char 
 
 /* Records the end of operation `id` (no-op if it has left the ring). */
 void st_flight_end(st_flight_t *f, uint64_t id, strata_status_t rc);
+
+/* Writes "allreduce #12" for the newest operation that ended well ("on communicator C" added
+ * outside the world's), plus how many operations ended so far; "nothing completed" if none. */
+void st_flight_last_done(const st_flight_t *f, char *buf, size_t len);
 
 /* The ring, oldest first, as a new JSON array of objects {ctx, seq, op, algo, bytes, state, ms}
  * (ms: duration, -1 while started). The caller owns it. */

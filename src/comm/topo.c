@@ -34,8 +34,12 @@ static strata_status_t my_record(st_ep_t *ep, const char *path, int64_t rec[1 + 
 /* This rank's path and the fabric's levels: STRATA_TOPO_PATH wins for the path; STRATA_TOPO_FILE
  * gives the levels (a cluster file) and, by host name, the path (its "hosts", or a Slurm
  * topology.conf's switches, whose levels get strata's default links). */
-static strata_status_t locate(char *path, size_t cap, strata_topo_t *levels, bool *have_levels)
+strata_status_t st_comm_locate(st_place_t *place)
 {
+    char *path = place->path;
+    const size_t cap = sizeof place->path;
+    strata_topo_t *levels = &place->levels;
+    bool *have_levels = &place->have_levels;
     const char *given = st_knob_str("STRATA_TOPO_PATH");
     const char *file = st_knob_str("STRATA_TOPO_FILE");
     *have_levels = false;
@@ -74,12 +78,11 @@ static void memo_reset(st_topo_t *t)
         t->multi |= t->fabric.nunits[l] > 1 && t->fabric.nunits[l] < t->fabric.nranks;
 }
 
-strata_status_t st_comm_topo_create(strata_comm_t *c)
+strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
 {
-    char path[512];
-    strata_topo_t levels;
-    bool have_levels;
-    ST_TRY(locate(path, sizeof path, &levels, &have_levels));
+    const char *path = place->path;
+    strata_topo_t levels = place->levels;
+    const bool have_levels = place->have_levels;
     int64_t mine[1 + KEYS];
     ST_TRY(my_record(c->sh->ep, path, mine));
     const int n = c->nranks;

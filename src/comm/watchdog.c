@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/endpoint.h"
+#include "comm/flight.h"
 #include "comm/watchdog.h"
 
 void st_watch_init(st_watch_t *w, long long timeout_ms)
@@ -14,11 +15,20 @@ void st_watch_init(st_watch_t *w, long long timeout_ms)
     *w = (st_watch_t){.period_ns = (uint64_t)ms * 1000000u};
 }
 
+/* Wall-clock milliseconds: heartbeats say when they were sent, for ranks on other hosts. */
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void publish(st_ep_t *ep, st_watch_t *w, int awaited, const char *what)
 {
     char key[32], val[512];
     snprintf(key, sizeof key, "wait/%d", st_ep_rank(ep));
-    int n = snprintf(val, sizeof val, "%llu %d %s", (unsigned long long)++w->beats, awaited, what);
+    int n = snprintf(val, sizeof val, "%llu %d %lld %s", (unsigned long long)++w->beats, awaited,
+                     wall_ms(), what);
     // A heartbeat that cannot be sent is no news: the census will see this rank as silent.
     if (st_store_post_set(st_ep_store(ep), key, val, (size_t)ST_MIN(n, (int)sizeof val - 1)) < 0)
         ST_LOG_DEBUG(ST_SUB_COMM, "heartbeat not sent: %s", strata_last_error());
@@ -37,11 +47,15 @@ void st_watch_beat(st_ep_t *ep, st_watch_t *w, const char *what, int awaited)
     w->waiting = true;
 }
 
-void st_watch_rest(st_ep_t *ep, st_watch_t *w)
+void st_watch_rest(st_ep_t *ep, st_watch_t *w, uint64_t now_ns)
 {
-    if (!w->waiting)
+    if (!w->waiting && now_ns < w->next_ns)
         return;
-    publish(ep, w, -1, "idle");
+    // Withdraws a "waiting" heartbeat, or says once a period how far this rank got: the census
+    // then tells a rank that stopped in its own work from one that never arrived.
+    char what[200] = "idle; ";
+    st_flight_last_done(st_ep_flight(ep), what + 6, sizeof what - 6);
+    publish(ep, w, -1, what);
     w->waiting = false;
 }
 
@@ -50,6 +64,7 @@ void st_watch_rest(st_ep_t *ep, st_watch_t *w)
 typedef struct beat {
     long long n; /* -1: no heartbeat */
     int awaited;
+    long long sent_ms; /* wall clock when it was sent */
     char what[400];
 } beat_t;
 
@@ -72,7 +87,7 @@ static strata_status_t read_beats(st_ep_t *ep, beat_t *b)
         if (rc < 0)
             return rc;
         int off = 0;
-        if (sscanf(val, "%lld %d %n", &b[r].n, &b[r].awaited, &off) < 2)
+        if (sscanf(val, "%lld %d %lld %n", &b[r].n, &b[r].awaited, &b[r].sent_ms, &off) < 3)
             b[r].n = -1;
         else
             snprintf(b[r].what, sizeof b[r].what, "%s", (char *)val + off);
@@ -185,8 +200,9 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
         int len = snprintf(text, sizeof text, "stopped responding during %s; rank%s %s %s waiting for it",
                            opname, many ? "s" : "", waiting, many ? "were" : "was");
         if (after[culprit].n >= 0 && len > 0 && (size_t)len < sizeof text)
-            len += snprintf(text + len, sizeof text - (size_t)len, "; its last heartbeat: %s",
-                            after[culprit].what);
+            len += snprintf(text + len, sizeof text - (size_t)len,
+                            "; its last heartbeat, %.1f s before: %s",
+                            (double)(wall_ms() - after[culprit].sent_ms) / 1000, after[culprit].what);
         if (others[0] && len > 0 && (size_t)len < sizeof text)
             snprintf(text + len, sizeof text - (size_t)len, "; ranks %s did not respond either",
                      others);

@@ -108,7 +108,7 @@ def ckpt_seeds():
 
 # ---- store sessions ------------------------------------------------------------------------------
 
-MAGIC, VERSION = 0x31525453, 1
+MAGIC, VERSION = 0x31525453, 2
 HELLO, SET, GET, ADD, WAIT, CANCEL, ABORT, BYE = range(1, 9)
 
 
@@ -123,7 +123,7 @@ def s(text):
 
 def hello(rid, rank, secret="fuzz"):
     return frame(HELLO, struct.pack("<IIIiI", rid, MAGIC, VERSION, rank, 1000 + rank) +
-                 s(secret) + s("host%d" % rank))
+                 s(secret) + s("host%d" % rank) + s("rack0/host%d" % rank))
 
 
 def rec(client, action, data):

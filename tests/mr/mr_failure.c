@@ -182,11 +182,20 @@ static int absent_peer(int rank, int n, void *arg)
 /* A rank is stopped (SIGSTOP) in the middle of a run of allreduces: every other rank fails within
  * twice the timeout, naming the stopped rank, never a rank that was waiting like itself. arg[1] is
  * the victim; it leaves its pid in arg[0] so the lowest other rank can end it. When the victim is
- * rank 0 serving the store, the store stops with it and must be recognised as rank 0. */
+ * rank 0 serving the store, the store stops with it and must be recognised as rank 0. With arg[3]
+ * set, every rank has a place on the fabric (rack<r/2>/node<r>), which the message must name along
+ * with how far the victim got. */
 static int stopped_rank(int rank, int n, void *arg)
 {
     int *pid = arg;
     const int victim = pid[1];
+    char path[64];
+    snprintf(path, sizeof path, "rack%d/node%d", victim / 2, victim);
+    if (pid[3]) {
+        char mine[64];
+        snprintf(mine, sizeof mine, "rack%d/node%d", rank / 2, rank);
+        setenv("STRATA_TOPO_PATH", mine, 1);
+    }
     strata_comm_t *c = st_test_comm();
     float buf[1024] = {0};
     strata_status_t rc = STRATA_OK;
@@ -204,6 +213,11 @@ static int stopped_rank(int rank, int n, void *arg)
         blamed_rank(strata_last_error()) != victim ||
         !strstr(strata_last_error(), "stopped responding"))
         return ST_RANK_FAIL("rank %d stopped: %s: %s", victim, strata_status_name(rc),
+                            strata_last_error());
+    if (pid[3] && (!strstr(strata_last_error(), path) ||
+                   !strstr(strata_last_error(), "allreduce #") ||
+                   !strstr(strata_last_error(), "completed")))
+        return ST_RANK_FAIL("the verdict lacks the victim's place %s or its progress: %s", path,
                             strata_last_error());
     if (waited > 2 * 2.0 + 1.5)
         return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
@@ -434,6 +448,7 @@ static void test_stopped(void **state)
             int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             assert_true(pid != MAP_FAILED);
             pid[1] = sizes[i] / 2;
+            pid[3] = i == 2; // 8 ranks: on a fabric
             run_arg(stopped_rank, pid, sizes[i], envs[e], pid[1]);
             munmap(pid, 4096);
         }

@@ -90,6 +90,11 @@ void st_store_server_atfork_child(st_store_server_t *srv);
 strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
                                  long long timeout_ms, st_store_t **out);
 
+/* st_store_connect for a rank that knows its place on the fabric ("rack1/h07"): the store names
+ * it with its host and place in the notices it sends about it. */
+strata_status_t st_store_connect_at(const char *addr, const char *secret, int rank,
+                                    const char *place, long long timeout_ms, st_store_t **out);
+
 strata_status_t st_store_set(st_store_t *st, const char *key, const void *val, size_t len);
 
 /* A SET that does not wait for its answer (heartbeats: a store that stopped answering must not stall

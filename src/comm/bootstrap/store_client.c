@@ -373,6 +373,12 @@ static strata_status_t dial(const char *addr, uint64_t deadline, long long timeo
 strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
                                  long long timeout_ms, st_store_t **out)
 {
+    return st_store_connect_at(addr, secret, rank, "", timeout_ms, out);
+}
+
+strata_status_t st_store_connect_at(const char *addr, const char *secret, int rank,
+                                    const char *place, long long timeout_ms, st_store_t **out)
+{
     *out = NULL;
     if (rank < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "store: invalid rank %d", rank);
@@ -396,6 +402,8 @@ strata_status_t st_store_connect(const char *addr, const char *secret, int rank,
     st_buf_put_u32(&st->out, (uint32_t)getpid());
     st_buf_put_str(&st->out, secret, strlen(secret));
     st_buf_put_str(&st->out, host, strlen(host));
+    place = place ? place : "";
+    st_buf_put_str(&st->out, place, strnlen(place, ST_STORE_PLACE_MAX));
     ST_TRY_GOTO(end_request(st, start, "HELLO"), rc, fail);
     if (st->out.len - start - 4 > ST_STORE_HELLO_MAX) {
         // The store reads no more than this from a client it does not know yet.

@@ -7,7 +7,7 @@
  * u8 type, body. Integers are little endian; a string is a u32 length and its bytes (no NUL).
  *
  *   client -> server                                  server -> client
- *   HELLO  id magic version rank pid secret host      OK        id payload
+ *   HELLO  id magic version rank pid secret host place  OK        id payload
  *   SET    id key value (the rest of the frame)       ERR       id text (the rest)
  *   GET    id key                                     CANCELLED id
  *   ADD    id key i64 delta                           NOTICE    rank text (the rest), unsolicited
@@ -42,8 +42,9 @@
 #include "base/base.h"
 
 #define ST_STORE_MAGIC      0x31525453u /* "STR1" on the wire */
-#define ST_STORE_VERSION    1u
+#define ST_STORE_VERSION    2u  /* 2: HELLO carries the client's place on the fabric */
 #define ST_STORE_MAX_FRAME  (64u << 20) /* a frame's length field may not exceed this */
+#define ST_STORE_PLACE_MAX  127u        /* a client's place as the store keeps it */
 #define ST_STORE_HELLO_MAX  4096u       /* nor this before HELLO: a stranger is read no further */
 #define ST_STORE_HELLO_MS   5000        /* a new connection must say HELLO within this */
 #define ST_STORE_HOST_MAX   256         /* "host:port" text, for buffers */

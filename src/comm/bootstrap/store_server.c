@@ -81,6 +81,7 @@ struct client {
     int rank;       /* -1 = a tool */
     int pid;
     char host[64];
+    char place[ST_STORE_PLACE_MAX + 1]; /* on the fabric, "" if it did not say */
     char peer[64]; /* "ip:port" of the connection */
     uint64_t hello_deadline;
     st_buf_t in, out;
@@ -126,11 +127,14 @@ struct st_store_server {
 
 /* ---- clients: identity, dooming, replies ----------------------------------------------------- */
 
-/* "rank 3 (host foo pid 1234)", "tool (host foo pid 1234)" or, before HELLO, "client 1.2.3.4:5". */
+/* "rank 3 (host foo pid 1234)", "rank 3 (host foo pid 1234, rack1/foo)", "tool (host foo pid
+ * 1234)" or, before HELLO, "client 1.2.3.4:5". */
 static const char *describe(const client_t *c, char *buf, size_t cap)
 {
     if (!c->hello_done)
         snprintf(buf, cap, "client %s", c->peer);
+    else if (c->rank >= 0 && c->place[0])
+        snprintf(buf, cap, "rank %d (host %s pid %d, %s)", c->rank, c->host, c->pid, c->place);
     else if (c->rank >= 0)
         snprintf(buf, cap, "rank %d (host %s pid %d)", c->rank, c->host, c->pid);
     else
@@ -399,7 +403,7 @@ static void publish(st_store_server_t *srv, int rank, const char *who, const cli
 /* Tells every other client that c failed or aborted: "rank 3 (host h pid 42) failed: <reason>". */
 static void announce(st_store_server_t *srv, client_t *c, const char *verb, const char *reason)
 {
-    char who[128];
+    char who[320];
     publish(srv, c->rank, describe(c, who, sizeof who), c, verb, reason);
 }
 
@@ -418,7 +422,7 @@ static bool secret_ok(const st_store_server_t *srv, const char *s, uint32_t len)
 
 static void refuse(client_t *c, uint32_t id, const char *why)
 {
-    char who[128];
+    char who[320];
     ST_LOG_WARN(ST_SUB_STORE, "refused %s (rank %d host %s pid %d): %s",
                 describe(c, who, sizeof who), c->rank, c->host, c->pid, why);
     reply_err(c, id, "%s", why);
@@ -435,6 +439,8 @@ static void on_hello(st_store_server_t *srv, client_t *c, st_rd_t *r)
     uint32_t slen, hlen;
     const char *secret = st_rd_str(r, &slen);
     const char *host = st_rd_str(r, &hlen);
+    uint32_t plen;
+    const char *place = st_rd_str(r, &plen);
     if (r->bad || magic != ST_STORE_MAGIC) {
         doom(c, true, "does not speak the store protocol (bad HELLO)");
         return;
@@ -442,6 +448,7 @@ static void on_hello(st_store_server_t *srv, client_t *c, st_rd_t *r)
     c->rank = rank;
     c->pid = pid;
     snprintf(c->host, sizeof c->host, "%.*s", (int)hlen, host);
+    snprintf(c->place, sizeof c->place, "%.*s", (int)plen, place);
     if (version != ST_STORE_VERSION) {
         char why[96];
         snprintf(why, sizeof why, "protocol version %u is not supported (the store speaks %u)",
@@ -455,7 +462,7 @@ static void on_hello(st_store_server_t *srv, client_t *c, st_rd_t *r)
         c->hello_done = true;
         if (rank >= 0)
             atomic_fetch_add(&srv->n_live, 1);
-        char who[128];
+        char who[320];
         ST_LOG_DEBUG(ST_SUB_STORE, "%s connected from %s", describe(c, who, sizeof who), c->peer);
         reply_ok(c, id, NULL, 0);
         for (int i = 0; i < srv->nnotices; i++)
@@ -618,7 +625,7 @@ static void on_report(st_store_server_t *srv, client_t *c, uint32_t id, st_rd_t 
             if (o->hello_done && o->rank == rank && !o->said_bye)
                 culprit = o;
         }
-        char who[128], reason[ST_STORE_NOTICE_MAX / 2];
+        char who[320], reason[ST_STORE_NOTICE_MAX / 2];
         if (culprit)
             describe(culprit, who, sizeof who);
         else
@@ -772,7 +779,7 @@ static void drop_client(st_store_server_t *srv, client_t *c)
     bool failure = c->hello_done && c->rank >= 0 && !c->said_bye;
     bool stranger = c->violation && !c->hello_done;
     bool first = stranger && srv->strangers++ == 0;
-    char who[128];
+    char who[320];
     describe(c, who, sizeof who);
     ST_LOG(c->violation && !failure && (!stranger || first) ? ST_LOG_WARN : ST_LOG_DEBUG,
            ST_SUB_STORE, "closing %s%s%s: it %s%s", who, c->hello_done ? " from " : "",
