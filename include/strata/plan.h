@@ -98,6 +98,10 @@ typedef enum strata_precision {
     STRATA_PREC_BF16 = 0, /* bf16 compute, fp32 master weights */
     STRATA_PREC_FP16,     /* fp16 compute, fp32 master weights, loss scaling */
     STRATA_PREC_FP32,     /* fp32 everything */
+    STRATA_PREC_FP8,      /* the linear layers' GEMMs in FP8 (transformer-engine style: inputs cast
+                             to e4m3/e5m2 with per-tensor scales, their saved inputs kept in FP8,
+                             an FP8 copy of the weights); attention, norms, communication and
+                             gradients in bf16, fp32 master weights. Needs peak_flops_8. */
 } strata_precision_t;
 
 typedef enum strata_optimizer {
@@ -149,6 +153,11 @@ typedef struct strata_accel {
     double gemm_dim0;      /* shape constant: a GEMM dimension x scales efficiency by x/(x+dim0) */
     double reserved_bytes; /* runtime context, communicator buffers, allocator slack */
     double kernel_floor_s; /* shortest time one kernel takes (launch and tail) */
+    double peak_flops_8;   /* dense FP8 matrix FLOP/s; 0 = no FP8 (training in fp8 is refused) */
+    double gemm_eff_8;     /* achieved / peak of a large square FP8 GEMM; 0 = gemm_eff */
+    int sms;               /* streaming multiprocessors (compute units) a GEMM's tiles fill in
+                              waves; 0 = no wave quantization (a CPU) */
+    int tile_m, tile_n;    /* output tile of the GEMM library's large kernels */
 } strata_accel_t;
 
 /* Presets: "a100-40gb", "a100-80gb", "h100-sxm", "h200", "mi250x-gcd", "cpu". */
@@ -159,10 +168,15 @@ STRATA_API strata_status_t strata_accel_load(const char *path, strata_accel_t *o
 STRATA_API void strata_accel_write_json(const strata_accel_t *a, FILE *f);
 STRATA_API strata_status_t strata_accel_validate(const strata_accel_t *a);
 
-/* Achieved FLOP/s of one (M x K) * (K x N) GEMM on `a` under the roofline of its memory bandwidth,
- * before the calibrated training-loop factor (exposed for tests and `strata plan gemm`). */
-STRATA_API double strata_accel_gemm_flops(const strata_accel_t *a, bool fp32, double M, double N,
-                                          double K);
+/* Achieved FLOP/s of one (M x K) * (K x N) GEMM on `a` in `prec` under the roofline of its memory
+ * bandwidth, before the calibrated training-loop factor: the large-GEMM efficiency, the shape curve
+ * of each dimension, and the waves of output tiles over the accelerator's SMs (docs/plan.md). */
+STRATA_API double strata_accel_gemm_flops(const strata_accel_t *a, strata_precision_t prec,
+                                          double M, double N, double K);
+
+/* The fraction of the accelerator an M x N output keeps busy: tiles / (waves x SMs), with the
+ * tile laid along whichever orientation wastes less; 1 when a->sms is 0. */
+STRATA_API double strata_accel_wave_util(const strata_accel_t *a, double M, double N);
 
 /* Measures this machine's CPU: single-precision GEMM through OpenBLAS when it can be loaded
  * (libopenblas.so.0, else a blocked C loop) at several shapes and the memory copy bandwidth, and
@@ -194,6 +208,12 @@ typedef struct strata_parallel {
     int zero;               /* ZeRO stage 0..3 over the data(x context)-parallel group */
     int zero_secondary;     /* ZeRO-3 secondary partition (ZeRO++ hpZ): backward gathers stay in
                                groups of this many DP ranks; 1 = none */
+    bool zero_keep_params;  /* ZeRO-3: parameters gathered for the forward stay until the backward
+                               (FSDP reshard_after_forward=False): no backward gather, the stage's
+                               full weights in memory */
+    bool zero_reduce_once;  /* ZeRO-2/3: gradients accumulate unsharded over the micro-batches and
+                               are reduce-scattered once per step (FSDP no_sync), not per
+                               micro-batch */
     strata_schedule_t schedule;
     bool overlap[STRATA_DIM_COUNT];       /* communication of that dimension overlaps compute */
     strata_dim_t order[STRATA_DIM_COUNT]; /* mapping onto the fabric, innermost first */
@@ -223,14 +243,24 @@ typedef struct strata_calib {
     double eta_zero3;    /* ZeRO-3 per-layer gathers/scatters: fraction of the collective rate */
     double overlap_cost; /* fraction of overlapped communication time still paid (contention) */
     double zero3_overlap_cost; /* the same for ZeRO-3's prefetched gathers and scatters */
+    /* scale terms (docs/plan.md "What grows with scale") */
+    double straggler_cv;  /* coefficient of variation of one accelerator's compute speed: a
+                             synchronous step waits for the slowest of N */
+    double ecmp_subflows; /* sub-flows (queue pairs, channels) one connection is hashed as onto
+                             the equal-cost uplinks of a switch tier */
+    /* memory */
+    double mem_frag; /* allocator fragmentation: fraction of the memory allocated and freed
+                        within a step (activations, buffers) that cannot be reused */
 } strata_calib_t;
 
-#define STRATA_CALIB_NPARAMS 7
+#define STRATA_CALIB_NPARAMS 10
 
 /* The constants fitted on the Megatron-LM tables (data/presets/calibration.json). */
 STRATA_API strata_calib_t strata_calib_default(void);
 STRATA_API const char *strata_calib_param_name(int i);
 STRATA_API double *strata_calib_param(strata_calib_t *c, int i);
+/* The range a constant may take ([lo, hi]); the fit keeps it inside. */
+STRATA_API void strata_calib_param_range(int i, double *lo, double *hi);
 /* Applies "name=value[,name=value]" overrides. */
 STRATA_API strata_status_t strata_calib_apply(strata_calib_t *c, const char *assignments);
 STRATA_API strata_status_t strata_calib_load(const char *path, strata_calib_t *out);
@@ -239,13 +269,21 @@ STRATA_API void strata_calib_write_json(const strata_calib_t *c, FILE *f);
 /* ---- problem and prediction --------------------------------------------------------------------
  */
 
+/* The model's terms beyond the base step model, each of which can be switched off (to measure what
+ * it does: `strata plan validate` reports the error with each added in turn). */
+#define STRATA_TERM_SCALE  1u /* stragglers (slowest of N) and ECMP collisions on switch tiers */
+#define STRATA_TERM_MEMORY 2u /* ZeRO-3 gathers per weight matrix, allocator fragmentation */
+#define STRATA_TERM_HW     4u /* GEMM tiles in waves over the accelerator's SMs */
+#define STRATA_TERM_ALL    7u
+
 typedef struct strata_plan_problem {
     strata_model_t model;
     strata_training_t train;
     strata_accel_t accel;
     strata_topo_t topo;
     strata_calib_t calib;
-    long long gpus; /* accelerators used, packed from accelerator 0; 0 = the whole tree */
+    long long gpus;     /* accelerators used, packed from accelerator 0; 0 = the whole tree */
+    unsigned terms_off; /* STRATA_TERM_* bits switched off; 0 = the full model */
 } strata_plan_problem_t;
 
 /* Checks model, training, accelerator and cluster on their own. */
@@ -259,7 +297,8 @@ typedef struct strata_plan_comm {
 } strata_plan_comm_t;
 
 typedef struct strata_plan_memory {
-    double weights, grads, optimizer, activations, comm_buffers, reserved, total, capacity;
+    double weights, grads, optimizer, activations, comm_buffers, fragmentation, reserved, total,
+        capacity;
     bool fits;
     int stage; /* pipeline stage (device position) holding the most */
 } strata_plan_memory_t;
@@ -269,8 +308,9 @@ typedef struct strata_prediction {
     double compute_s;   /* forward, backward and recompute work of all micro-batches */
     double bubble_s;    /* pipeline fill and drain */
     double optimizer_s; /* optimizer update after the gradients are ready */
+    double straggler_s; /* waiting for the slowest accelerator of the job */
     strata_plan_comm_t comm[STRATA_DIM_COUNT]; /* DP includes ZeRO traffic and CP gradients */
-    /* step_s == compute_s + bubble_s + optimizer_s + sum of comm[].exposed_s */
+    /* step_s == compute_s + bubble_s + optimizer_s + straggler_s + sum of comm[].exposed_s */
     double tokens_per_s;
     double model_flops;      /* per step, all devices */
     double hw_flops;         /* per step, all devices, with recomputation */
@@ -317,6 +357,8 @@ typedef struct strata_search_opts {
     unsigned sp_mask;               /* bit 0: without SP, bit 1: with SP (default both) */
     bool overlap[STRATA_DIM_COUNT]; /* overlap assumed for every candidate */
     int zero_secondary; /* also try ZeRO-3 with this secondary partition (0 = only none) */
+    bool zero_variants; /* also try ZeRO-3 keeping parameters and ZeRO-2/3 reducing once
+                           (default true) */
 } strata_search_opts_t;
 
 STRATA_API strata_search_opts_t strata_search_opts_default(void);
@@ -428,6 +470,48 @@ STRATA_API strata_status_t strata_calib_fit(const strata_vtable_t *t, int skip, 
  * efficiencies eta_up and eta_out are fixed at NCCL bus-bandwidth measurements and overlap_cost at
  * a typical contention figure: the tables barely constrain them (docs/plan.md). */
 #define STRATA_CALIB_FIT_DEFAULT 0x53u
+
+/* The stages `strata plan validate` compares, each adding terms to the one before. */
+typedef enum strata_vstage {
+    STRATA_VSTAGE_BASE = 0, /* none of the STRATA_TERM_* terms */
+    STRATA_VSTAGE_SCALE,    /* + stragglers and ECMP collisions */
+    STRATA_VSTAGE_MEMORY,   /* + ZeRO-3 gathers per matrix, fragmentation */
+    STRATA_VSTAGE_HW,       /* + GEMM wave quantization: the full model */
+    STRATA_VSTAGE_COUNT
+} strata_vstage_t;
+
+STRATA_API const char *strata_vstage_name(strata_vstage_t s);
+/* The STRATA_TERM_* bits switched off at stage s. */
+STRATA_API unsigned strata_vstage_terms_off(strata_vstage_t s);
+
+typedef struct strata_vresult {
+    double predicted[STRATA_VSTAGE_COUNT]; /* with the constants fitted on every calibration row */
+    /* relative error (predicted / measured - 1) out of sample: a calibration row predicted by
+     * constants refitted without it (leave-one-out), a held-out row by the full fit (it is never
+     * fitted on). Without leave-one-out, the in-sample error of calibration rows. */
+    double error[STRATA_VSTAGE_COUNT];
+    double mem_bytes[STRATA_VSTAGE_COUNT]; /* memory per accelerator predicted */
+    bool fits[STRATA_VSTAGE_COUNT];
+} strata_vresult_t;
+
+typedef struct strata_vreport {
+    strata_vresult_t *rows; /* one per table row; owned, free with strata_vreport_free */
+    int nrows;
+    strata_calib_t fit[STRATA_VSTAGE_COUNT]; /* constants fitted on all calibration rows */
+    /* mean absolute relative error, out of sample as above */
+    double mae_calibration[STRATA_VSTAGE_COUNT], mae_held_out[STRATA_VSTAGE_COUNT],
+        mae_all[STRATA_VSTAGE_COUNT];
+    int n_calibration, n_held_out;
+} strata_vreport_t;
+
+/* Validates the model on table t stage by stage: at each stage, fits the constants in free_mask
+ * that the stage uses (from `start`) on the calibration rows, predicts every row, and with `loo`
+ * refits without each calibration row to predict it. Errors: those of strata_calib_fit and
+ * strata_vrow_predict; STRATA_ERR_NO_MEMORY. */
+STRATA_API strata_status_t strata_validate(const strata_vtable_t *t, unsigned free_mask,
+                                           const strata_calib_t *start, bool loo,
+                                           strata_vreport_t *out);
+STRATA_API void strata_vreport_free(strata_vreport_t *r);
 
 #ifdef __cplusplus
 }

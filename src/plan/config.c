@@ -85,7 +85,7 @@ strata_parallel_t strata_parallel_default(void)
 /* ---- names -------------------------------------------------------------------------------------
  */
 
-static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
+static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8"};
 static const char *const opt_names[] = {"adam", "adamw", "lamb"};
 static const char *const rc_names[] = {"none", "selective", "full"};
 static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
@@ -136,7 +136,7 @@ static strata_status_t parse_enum(const char *s, const char *const *names, int n
 strata_status_t strata_precision_parse(const char *s, strata_precision_t *out)
 {
     int v = 0;
-    ST_TRY(parse_enum(s, prec_names, 3, "precision", &v));
+    ST_TRY(parse_enum(s, prec_names, 4, "precision", &v));
     *out = (strata_precision_t)v;
     return STRATA_OK;
 }
@@ -232,8 +232,9 @@ const char *strata_parallel_format(const strata_parallel_t *p, char *buf, size_t
     char z2[24] = "";
     if (p->zero == 3 && p->zero_secondary > 1)
         snprintf(z2, sizeof z2, "/hpz%d", p->zero_secondary);
-    snprintf(buf, size, "tp%d cp%d pp%d vp%d dp%d zero%d%s %s", p->tp, p->cp, p->pp, p->vp, p->dp,
-             p->zero, z2, strata_schedule_name(p->schedule));
+    snprintf(buf, size, "tp%d cp%d pp%d vp%d dp%d zero%d%s%s%s %s", p->tp, p->cp, p->pp, p->vp,
+             p->dp, p->zero, z2, p->zero_keep_params ? "+keep" : "",
+             p->zero_reduce_once ? "+once" : "", strata_schedule_name(p->schedule));
     return buf;
 }
 
@@ -258,6 +259,14 @@ strata_status_t strata_accel_validate(const strata_accel_t *a)
                         n);
     if (a->reserved_bytes >= a->mem_bytes)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: reserved memory exceeds capacity", n);
+    if (!(a->peak_flops_8 >= 0) || !(a->gemm_eff_8 >= 0 && a->gemm_eff_8 <= 1))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: expected non-negative FP8 peak and FP8 gemm efficiency in [0, 1]", n);
+    if (a->sms < 0 || (a->sms > 0 && (a->tile_m < 1 || a->tile_n < 1)))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: expected sms >= 0 and, with sms, a GEMM tile of at least 1 x 1, got "
+                        "sms %d tile %d x %d",
+                        n, a->sms, a->tile_m, a->tile_n);
     return STRATA_OK;
 }
 
@@ -285,7 +294,7 @@ strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
     if (t->seq < 0 || t->seq > STRATA_MODEL_MAX_SEQ)
         return st_error(STRATA_ERR_INVALID_ARG, "training: expected seq from 0 to %d, got %d",
                         STRATA_MODEL_MAX_SEQ, t->seq);
-    if ((unsigned)t->precision > STRATA_PREC_FP32 || (unsigned)t->optimizer > STRATA_OPT_LAMB ||
+    if ((unsigned)t->precision > STRATA_PREC_FP8 || (unsigned)t->optimizer > STRATA_OPT_LAMB ||
         (unsigned)t->recompute > STRATA_RECOMPUTE_FULL)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "training: precision, optimizer or recompute out of "
@@ -295,6 +304,11 @@ strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
                         "training: expected grad_bytes 0 (default), 2 or 4, "
                         "got %d",
                         t->grad_bytes);
+    if (t->precision == STRATA_PREC_FP8 && !(pb->accel.peak_flops_8 > 0))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "training: precision fp8 needs an accelerator with FP8 matrix units; %s "
+                        "has no peak_tflops_8",
+                        pb->accel.name[0] ? pb->accel.name : "the accelerator");
     long long cap = strata_topo_capacity(&pb->topo);
     if (pb->gpus < 0 || pb->gpus > cap)
         return st_error(STRATA_ERR_INVALID_ARG,
@@ -302,10 +316,11 @@ strata_status_t strata_plan_problem_validate(const strata_plan_problem_t *pb)
                         "%lld",
                         cap, pb->topo.name, pb->gpus);
     for (int i = 0; i < STRATA_CALIB_NPARAMS; i++) {
-        double v = *strata_calib_param((strata_calib_t *)&pb->calib, i);
-        if (!(v >= 0 && v <= 2))
-            return st_error(STRATA_ERR_INVALID_ARG, "calibration: expected %s in [0, 2], got %g",
-                            strata_calib_param_name(i), v);
+        double v = *strata_calib_param((strata_calib_t *)&pb->calib, i), lo, hi;
+        strata_calib_param_range(i, &lo, &hi);
+        if (!(v >= lo && v <= hi))
+            return st_error(STRATA_ERR_INVALID_ARG, "calibration: expected %s in [%g, %g], got %g",
+                            strata_calib_param_name(i), lo, hi, v);
     }
     return STRATA_OK;
 }
@@ -326,6 +341,7 @@ enum {
     CK_INTERLEAVE_M,
     CK_ZERO,
     CK_ZERO2ND,
+    CK_ZERO_VARIANT,
     CK_ORDER,
     CK_SCHED,
 };
@@ -370,6 +386,8 @@ int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t 
     if (par->zero_secondary < 1 || (par->zero_secondary > 1 && par->zero != 3) ||
         ((long long)par->dp * par->cp) % par->zero_secondary)
         return CK_ZERO2ND;
+    if ((par->zero_keep_params && par->zero != 3) || (par->zero_reduce_once && par->zero < 2))
+        return CK_ZERO_VARIANT;
     unsigned seen = 0;
     for (int i = 0; i < STRATA_DIM_COUNT; i++) {
         if ((unsigned)par->order[i] >= STRATA_DIM_COUNT || (seen & (1u << par->order[i])))
@@ -445,6 +463,12 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
                         "expected the ZeRO secondary partition (%d) to be 1, "
                         "or with ZeRO-3 to divide the data x context parallel size %lld",
                         par->zero_secondary, (long long)par->dp * par->cp);
+    case CK_ZERO_VARIANT:
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected keeping parameters with ZeRO-3 and reducing gradients once with "
+                        "ZeRO-2 or 3, got ZeRO-%d%s%s",
+                        par->zero, par->zero_keep_params ? " keeping parameters" : "",
+                        par->zero_reduce_once ? " reducing once" : "");
     case CK_ORDER:
         return st_error(STRATA_ERR_INVALID_ARG, "expected the order to name tp, cp, pp and dp once "
                                                 "each");

@@ -63,30 +63,88 @@ static double shape_factor(double dim0, double x)
     return x / (x + dim0);
 }
 
-double strata_accel_gemm_flops(const strata_accel_t *a, bool fp32, double M, double N, double K)
+/* Tiles in waves: a kernel of `tiles` output tiles on `sms` SMs runs ceil(tiles / sms) waves, the
+ * last one partly empty. */
+static double waves_util(int sms, double tiles)
 {
-    double peak = fp32 ? a->peak_flops_32 : a->peak_flops_16, eb = fp32 ? 4 : 2;
-    double eff = a->gemm_eff * shape_factor(a->gemm_dim0, M) * shape_factor(a->gemm_dim0, N) *
-                 shape_factor(a->gemm_dim0, K);
-    double flops = 2 * M * N * K, bytes = eb * (M * K + K * N + M * N);
-    double t = fmax(flops / (peak * eff), bytes / a->mem_bw_Bps);
-    return flops / t;
+    if (sms <= 0 || tiles <= 0)
+        return 1;
+    return tiles / (ceil(tiles / sms) * sms);
+}
+
+/* Utilisation of `batch` GEMMs with an M x N output: the library picks the tile that fills the SMs
+ * best among its large tile and the tiles with one or both sides halved, in either orientation. */
+static double wave_util(const strata_accel_t *a, double batch, double M, double N)
+{
+    if (a->sms <= 0)
+        return 1;
+    double best = 0;
+    for (int h = 0; h < 4; h++) {
+        double tm = a->tile_m / (h & 1 ? 2 : 1), tn = a->tile_n / (h & 2 ? 2 : 1);
+        double t1 = batch * ceil(M / tm) * ceil(N / tn);
+        double t2 = batch * ceil(M / tn) * ceil(N / tm);
+        best = fmax(best, fmax(waves_util(a->sms, t1), waves_util(a->sms, t2)));
+    }
+    return best;
+}
+
+double strata_accel_wave_util(const strata_accel_t *a, double M, double N)
+{
+    return wave_util(a, 1, M, N);
 }
 
 typedef struct kctx {
-    double peak, eb, bw, eff, dim0, floor;
+    double peak, eb, eb_out, bw, eff, dim0, floor;
+    const strata_accel_t *waves; /* wave quantization on this accelerator; NULL = off */
 } kctx_t;
 
-/* Time of `batch` GEMMs of (M x K)(K x N) launched as one kernel. */
+/* Time of `batch` GEMMs of (M x K)(K x N) launched as one kernel: inputs of eb bytes, output of
+ * eb_out. */
 static double gemm_s(const kctx_t *k, double batch, double M, double N, double K)
 {
     if (M <= 0 || N <= 0 || K <= 0 || batch <= 0)
         return 0;
-    double eff =
-        k->eff * shape_factor(k->dim0, M) * shape_factor(k->dim0, N) * shape_factor(k->dim0, K);
+    double eff = k->eff * shape_factor(k->dim0, K);
+    if (k->waves && k->waves->sms > 0)
+        eff *= wave_util(k->waves, batch, M, N);
+    else
+        eff *= shape_factor(k->dim0, M) * shape_factor(k->dim0, N);
     double tc = batch * 2 * M * N * K / (k->peak * eff);
-    double tm = batch * k->eb * (M * K + K * N + M * N) / k->bw;
+    double tm = batch * (k->eb * (M * K + K * N) + k->eb_out * M * N) / k->bw;
     return fmax(fmax(tc, tm), k->floor);
+}
+
+/* The GEMM context of precision `prec` on `a` (eta: the training-loop factor, bw: the achieved
+ * memory bandwidth; waves: whether wave quantization is modelled). */
+static kctx_t gemm_ctx(const strata_accel_t *a, strata_precision_t prec, double eta, double bw,
+                       bool waves)
+{
+    kctx_t k = {.peak = a->peak_flops_16,
+                .eb = 2,
+                .eb_out = 2,
+                .bw = bw,
+                .eff = a->gemm_eff * eta,
+                .dim0 = a->gemm_dim0,
+                .floor = a->kernel_floor_s,
+                .waves = waves ? a : NULL};
+    if (prec == STRATA_PREC_FP32) {
+        k.peak = a->peak_flops_32;
+        k.eb = k.eb_out = 4;
+    } else if (prec == STRATA_PREC_FP8 && a->peak_flops_8 > 0) {
+        k.peak = a->peak_flops_8;
+        k.eb = 1; /* FP8 inputs, bf16 output */
+        k.eff = (a->gemm_eff_8 > 0 ? a->gemm_eff_8 : a->gemm_eff) * eta;
+    }
+    return k;
+}
+
+double strata_accel_gemm_flops(const strata_accel_t *a, strata_precision_t prec, double M, double N,
+                               double K)
+{
+    kctx_t k = gemm_ctx(a, prec, 1.0, a->mem_bw_Bps, true);
+    k.floor = 0;
+    double t = gemm_s(&k, 1, M, N, K);
+    return t > 0 ? 2 * M * N * K / t : 0;
 }
 
 /* Time of memory-bound kernels moving `bytes` in `kernels` launches. */
@@ -98,6 +156,11 @@ static double mem_s(const kctx_t *k, double bytes, int kernels)
 double st_act_bytes(const strata_training_t *t)
 {
     return t->precision == STRATA_PREC_FP32 ? 4 : 2;
+}
+
+double st_gemm_input_bytes(const strata_training_t *t)
+{
+    return t->precision == STRATA_PREC_FP8 ? 1 : st_act_bytes(t);
 }
 
 double st_weight_bytes(const strata_training_t *t)
@@ -155,14 +218,14 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     const strata_model_t *m = &pb->model;
     const strata_training_t *tr = &pb->train;
     const strata_accel_t *ac = &pb->accel;
-    const bool fp32 = tr->precision == STRATA_PREC_FP32;
-    const double eb = st_act_bytes(tr);
-    const kctx_t k = {.peak = fp32 ? ac->peak_flops_32 : ac->peak_flops_16,
-                      .eb = eb,
-                      .bw = ac->mem_bw_Bps * pb->calib.eta_mem,
-                      .eff = ac->gemm_eff * pb->calib.eta_gemm,
-                      .dim0 = ac->gemm_dim0,
-                      .floor = ac->kernel_floor_s};
+    const double eb = st_act_bytes(tr), eg = st_gemm_input_bytes(tr);
+    const bool fp8 = tr->precision == STRATA_PREC_FP8;
+    const bool waves = !(pb->terms_off & STRATA_TERM_HW);
+    const double bw = ac->mem_bw_Bps * pb->calib.eta_mem;
+    // Attention, the logits and memory-bound kernels run in 16 bits under FP8 too.
+    const kctx_t k = gemm_ctx(ac, fp8 ? STRATA_PREC_BF16 : tr->precision, pb->calib.eta_gemm, bw,
+                              waves);
+    const kctx_t kl = gemm_ctx(ac, tr->precision, pb->calib.eta_gemm, bw, waves); /* linear */
     const double t = par->tp, c = par->cp, b = tr->micro_batch, s = st_seq(pb);
     const double h = m->hidden, f = m->ffn, kv = kv_dim(m), dh = h / m->heads, V = m->vocab;
     const double T = b * s / c;                     /* tokens of one micro-batch on this device */
@@ -172,8 +235,15 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     *o = (st_layer_cost_t){0};
 
     // Linear layers: QKV, output projection, MLP up (and gate), MLP down.
-    double lin = gemm_s(&k, 1, T, (h + 2 * kv) / t, h) + gemm_s(&k, 1, T, h, h / t) +
-                 gemm_s(&k, 1, T, n_up(m) * f / t, h) + gemm_s(&k, 1, T, h, f / t);
+    double lin = gemm_s(&kl, 1, T, (h + 2 * kv) / t, h) + gemm_s(&kl, 1, T, h, h / t) +
+                 gemm_s(&kl, 1, T, n_up(m) * f / t, h) + gemm_s(&kl, 1, T, h, f / t);
+    // FP8 casts: each GEMM's input in the forward and its output gradient in the backward are
+    // cast and transposed (read 2 bytes, write 1 + 1) before the GEMMs use them.
+    double cast_f = 0, cast_b = 0;
+    if (fp8) {
+        cast_f = mem_s(&k, T * 4 * (h + h / t + h + f / t), 4);
+        cast_b = mem_s(&k, T * 4 * ((h + 2 * kv) / t + h + n_up(m) * f / t + h), 4);
+    }
 
     // Attention core. Flash attention skips the masked half of causal attention and recomputes the
     // scores in its backward (5 matmuls against 2: 2.5x the forward).
@@ -203,8 +273,8 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     o->gemm_fwd_s = lin;
     o->attn_fwd_s = attn_f;
     o->attn_bwd_s = attn_b;
-    o->fwd_s = lin + attn_f + ew_f;
-    o->bwd_s = 2 * lin + attn_b + ew_b;
+    o->fwd_s = lin + attn_f + ew_f + cast_f;
+    o->bwd_s = 2 * lin + attn_b + ew_b + cast_b;
     o->wgrad_s = lin;
     o->recompute_s = tr->recompute == STRATA_RECOMPUTE_FULL                  ? o->fwd_s
                      : tr->recompute == STRATA_RECOMPUTE_SELECTIVE && !flash ? attn_f
@@ -246,9 +316,14 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     }
 
     // Activations kept per layer (Korthikanti et al. 2022, generalised to GQA, SwiGLU, flash
-    // attention and fp32): 34 s b h + 5 a s^2 b bytes for GPT in fp16 without parallelism.
-    double keep_attn = 2 * h * eb / r + (h + 2 * kv + h) * eb / t + (drop ? h / r : 0);
-    double keep_mlp = 2 * h * eb / r + (n_up(m) + 1) * f * eb / t + (drop ? h / r : 0);
+    // attention, fp32 and FP8): 34 s b h + 5 a s^2 b bytes for GPT in fp16 without parallelism.
+    // Attention: the norm's input, the QKV GEMM's input, Q K V, the output projection's input;
+    // MLP: the norm's input, the first GEMM's input, its output (the activation's input), the
+    // second GEMM's input. Under FP8 the GEMM inputs are kept in FP8 (eg bytes).
+    double keep_attn =
+        h * eb / r + h * eg / r + (h + 2 * kv) * eb / t + h * eg / t + (drop ? h / r : 0);
+    double keep_mlp =
+        h * eb / r + h * eg / r + n_up(m) * f * eb / t + f * eg / t + (drop ? h / r : 0);
     double keep_scores = flash ? 4 * al : al * sk * (eb + (drop ? eb + 1 : 0));
     double all = T * (keep_attn + keep_mlp + keep_scores);
     o->act_full_bytes = all;
@@ -259,6 +334,7 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     else
         o->act_bytes = all;
 
+    o->max_matrix = fmax(fmax(h * (h + 2 * kv), h * h), n_up(m) * h * f) / t;
     o->params = (h * (h + 2 * kv) + h * h + (n_up(m) + 1) * h * f) / t +
                 (m->bias ? (h + 2 * kv) / t + h + n_up(m) * f / t + h : 0) + 2 * norm_params(m);
 

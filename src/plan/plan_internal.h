@@ -24,6 +24,8 @@ typedef struct st_layer_cost {
     double act_bytes;      /* activations kept per layer per micro-batch until its backward */
     double act_full_bytes; /* all activations of one layer (working set during its backward) */
     double params;         /* parameters of one layer on one device */
+    double max_matrix;     /* elements of the layer's largest weight matrix on one device: the
+                              unit ZeRO-3 gathers */
     /* first stage (embedding) and last stage (final norm, logits, loss) */
     double emb_fwd_s, emb_bwd_s, emb_tp_s;
     double head_fwd_s, head_bwd_s, head_wgrad_s, head_tp_s;
@@ -32,6 +34,9 @@ typedef struct st_layer_cost {
     double emb_act_bytes;           /* embedding output kept per micro-batch */
     double p2p_bytes;               /* activation sent between stages per micro-batch */
     double tp_buffer_bytes;         /* gathered activation buffer under SP */
+    /* Problem-wide, not per layer: the fraction of compute the job waits for its slowest
+     * accelerator (st_plan_straggler_frac), set by the caller once per problem. */
+    double straggler_frac;
 } st_layer_cost_t;
 
 /* Computes st_layer_cost_t. par supplies tp, cp, order and overlap (only). */
@@ -51,6 +56,8 @@ int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t 
 
 /* Bytes per element of activations, weights and gradients under the training setup. */
 double st_act_bytes(const strata_training_t *t);
+/* Bytes of a GEMM input kept for the backward (1 under FP8). */
+double st_gemm_input_bytes(const strata_training_t *t);
 double st_weight_bytes(const strata_training_t *t);
 double st_grad_bytes(const strata_training_t *t);
 int st_seq(const strata_plan_problem_t *pb);
@@ -64,5 +71,28 @@ strata_net_eff_t st_plan_net_eff(const strata_plan_problem_t *pb);
 
 /* Layers held by pipeline device `i` of `pp` (uneven splits put the extra layers in the middle). */
 int st_layers_on_device(int layers, int pp, int i);
+
+/* ---- what grows with scale (scale.c) ---------------------------------------------------------- */
+
+/* E[max of n independent standard normal variables] (0 for n <= 1). */
+double st_expected_max_normal(long long n);
+
+/* E[max over `bins` bins of the number of balls in a bin] when balls fall independently with
+ * `mean` per bin on average (Poisson loads). */
+double st_expected_max_load(double bins, double mean);
+
+/* How much slower than an even spread the most loaded of the uplink ports of one unit is when
+ * every accelerator of the unit (`accels` of them) sends one connection of `subflows` hashed
+ * sub-flows through `accels / oversub` ports: E[max load] / mean load. 1 when subflows is 0. */
+double st_ecmp_factor(double accels, double oversub, double subflows);
+
+/* The problem as the step model sees it: the fabric's switch tiers (scale-out levels above the
+ * first: their children are switches, whose uplinks are picked by hashing) slowed by their ECMP
+ * factor, unless STRATA_TERM_SCALE is off. A plain copy otherwise. */
+void st_plan_effective(const strata_plan_problem_t *pb, strata_plan_problem_t *out);
+
+/* Fraction of a step's compute and bubble that the job waits for its slowest accelerator:
+ * straggler_cv x E[max of N normals] (0 with STRATA_TERM_SCALE off). */
+double st_plan_straggler_frac(const strata_plan_problem_t *pb);
 
 #endif

@@ -168,13 +168,18 @@ static strata_status_t accel_from(const st_json_doc_t *d, void *out)
                                        "gemm_dim0",
                                        "reserved_GiB",
                                        "kernel_floor_us",
+                                       "peak_tflops_8",
+                                       "gemm_efficiency_8",
+                                       "sms",
+                                       "gemm_tile_m",
+                                       "gemm_tile_n",
                                        "comment",
                                        NULL};
     strata_accel_t *a = out;
     json_object *o = d->root;
     ST_TRY(st_json_check_keys(d, o, "accelerator", keys));
     memset(a, 0, sizeof *a);
-    double p16 = 0, p32 = 0, mem = 0, bw = 0, res = 0, floor_us = 0;
+    double p16 = 0, p32 = 0, p8 = 0, mem = 0, bw = 0, res = 0, floor_us = 0;
     a->gemm_eff = 1;
     ST_TRY(st_json_get_string(d, o, "name", 0, false, a->name, sizeof a->name));
     ST_TRY(st_json_get_double(d, o, "peak_tflops_16", 0, true, 1e-9, 1e9, &p16));
@@ -186,9 +191,15 @@ static strata_status_t accel_from(const st_json_doc_t *d, void *out)
     ST_TRY(st_json_get_double(d, o, "gemm_dim0", 0, false, 0, 1e6, &a->gemm_dim0));
     ST_TRY(st_json_get_double(d, o, "reserved_GiB", 0, false, 0, 1e9, &res));
     ST_TRY(st_json_get_double(d, o, "kernel_floor_us", 0, false, 0, 1e9, &floor_us));
+    ST_TRY(st_json_get_double(d, o, "peak_tflops_8", 0, false, 0, 1e9, &p8));
+    ST_TRY(st_json_get_double(d, o, "gemm_efficiency_8", 0, false, 0, 1, &a->gemm_eff_8));
+    ST_TRY(st_json_get_int(d, o, "sms", 0, false, 0, 1 << 20, &a->sms));
+    ST_TRY(st_json_get_int(d, o, "gemm_tile_m", 0, false, 0, 1 << 16, &a->tile_m));
+    ST_TRY(st_json_get_int(d, o, "gemm_tile_n", 0, false, 0, 1 << 16, &a->tile_n));
     const double GiB = 1024.0 * 1024.0 * 1024.0;
     a->peak_flops_16 = p16 * 1e12;
     a->peak_flops_32 = p32 * 1e12;
+    a->peak_flops_8 = p8 * 1e12;
     a->mem_bytes = mem * GiB;
     a->mem_bw_Bps = bw * 1e9;
     a->reserved_bytes = res * GiB;
@@ -207,11 +218,16 @@ void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 {
     // Exact numbers: rounded ones could break a relation the reader checks (reserved < memory).
     const double GiB = 1024.0 * 1024.0 * 1024.0;
-    const char *keys[] = {"peak_tflops_16", "peak_tflops_32", "memory_GiB", "memory_bandwidth_GBps",
-                          "gemm_efficiency", "gemm_dim0", "reserved_GiB", "kernel_floor_us"};
+    const char *keys[] = {"peak_tflops_16",  "peak_tflops_32", "memory_GiB",
+                          "memory_bandwidth_GBps", "gemm_efficiency", "gemm_dim0",
+                          "reserved_GiB",    "kernel_floor_us", "peak_tflops_8",
+                          "gemm_efficiency_8", "sms",          "gemm_tile_m",
+                          "gemm_tile_n"};
     const double vals[] = {a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
                            a->mem_bw_Bps / 1e9,     a->gemm_eff,              a->gemm_dim0,
-                           a->reserved_bytes / GiB, a->kernel_floor_s * 1e6};
+                           a->reserved_bytes / GiB, a->kernel_floor_s * 1e6,  a->peak_flops_8 / 1e12,
+                           a->gemm_eff_8,           a->sms,                   a->tile_m,
+                           a->tile_n};
     char num[32];
     fprintf(f, "{\n  \"name\": ");
     st_json_write_string(f, a->name);
@@ -222,15 +238,21 @@ void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 
 static strata_status_t calib_from(const st_json_doc_t *d, void *out)
 {
-    static const char *const keys[] = {
-        "eta_gemm",           "eta_mem", "eta_up", "eta_out", "eta_zero3", "overlap_cost",
-        "zero3_overlap_cost", "comment", "fit",    NULL};
+    const char *keys[STRATA_CALIB_NPARAMS + 3];
+    for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
+        keys[i] = strata_calib_param_name(i);
+    keys[STRATA_CALIB_NPARAMS] = "comment";
+    keys[STRATA_CALIB_NPARAMS + 1] = "fit";
+    keys[STRATA_CALIB_NPARAMS + 2] = NULL;
     strata_calib_t *c = out;
     ST_TRY(st_json_check_keys(d, d->root, "calibration", keys));
     *c = strata_calib_default();
-    for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
-        ST_TRY(st_json_get_double(d, d->root, strata_calib_param_name(i), 0, false, 0, 2,
+    for (int i = 0; i < STRATA_CALIB_NPARAMS; i++) {
+        double lo, hi;
+        strata_calib_param_range(i, &lo, &hi);
+        ST_TRY(st_json_get_double(d, d->root, strata_calib_param_name(i), 0, false, lo, hi,
                                   strata_calib_param(c, i)));
+    }
     return STRATA_OK;
 }
 

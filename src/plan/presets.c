@@ -101,25 +101,34 @@ strata_status_t strata_model_preset(const char *name, strata_model_t *out)
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
+/* Fields: name, peak 16-bit, peak fp32, memory, bandwidth, large-GEMM efficiency, shape constant,
+ * reserved memory, kernel floor, peak FP8 (0 = none), large FP8 GEMM efficiency, SMs, GEMM tile. */
 static const strata_accel_t accels[] = {
     // A100 SXM: 312 TFLOP/s dense fp16/bf16, 19.5 TFLOP/s fp32; HBM2 1,555 GB/s (40 GB) or
-    // HBM2e 2,039 GB/s (80 GB). Large cuBLAS GEMMs reach about 85% of peak.
-    {"a100-40gb", 312e12, 19.5e12, 40 * GiB, 1.555e12, 0.85, 96, 2 * GiB, 4e-6},
-    {"a100-80gb", 312e12, 19.5e12, 80 * GiB, 2.039e12, 0.85, 96, 2 * GiB, 4e-6},
-    // H100 SXM5: 989 TFLOP/s dense bf16, 67 TFLOP/s fp32, 80 GB HBM3 at 3.35 TB/s; large GEMMs
-    // reach
-    // about 75% of peak (power and clock limited) and need larger shapes to saturate.
-    {"h100-sxm", 989e12, 67e12, 80 * GiB, 3.35e12, 0.75, 160, 2 * GiB, 4e-6},
+    // HBM2e 2,039 GB/s (80 GB). Large cuBLAS GEMMs reach about 85% of peak. 108 SMs; cuBLAS's
+    // large Ampere kernels compute 256 x 128 output tiles. No FP8.
+    {"a100-40gb", 312e12, 19.5e12, 40 * GiB, 1.555e12, 0.85, 96, 2 * GiB, 4e-6, 0, 0, 108, 256,
+     128},
+    {"a100-80gb", 312e12, 19.5e12, 80 * GiB, 2.039e12, 0.85, 96, 2 * GiB, 4e-6, 0, 0, 108, 256,
+     128},
+    // H100 SXM5: 989 TFLOP/s dense bf16, 1,979 FP8, 67 fp32, 80 GB HBM3 at 3.35 TB/s; large GEMMs
+    // reach about 75% of peak in bf16 and 70% in FP8 (power and clock limited) and need larger
+    // shapes to saturate. 132 SMs; cuBLAS's Hopper kernels compute 128 x 256 tiles.
+    {"h100-sxm", 989e12, 67e12, 80 * GiB, 3.35e12, 0.75, 160, 2 * GiB, 4e-6, 1979e12, 0.70, 132,
+     128, 256},
     // H200: H100's compute with 141 GB HBM3e at 4.8 TB/s.
-    {"h200", 989e12, 67e12, 141e9, 4.8e12, 0.77, 160, 2 * GiB, 4e-6},
+    {"h200", 989e12, 67e12, 141e9, 4.8e12, 0.77, 160, 2 * GiB, 4e-6, 1979e12, 0.72, 132, 128,
+     256},
     // One GCD of an MI250X (Frontier's unit of scheduling): 191.5 TFLOP/s bf16, 47.9 TFLOP/s fp32
-    // matrix, 64 GB HBM2e at 1.6 TB/s; rocBLAS reaches about 70% of peak on large GEMMs.
-    {"mi250x-gcd", 191.5e12, 47.9e12, 64 * GiB, 1.6e12, 0.70, 128, 2 * GiB, 6e-6},
+    // matrix, 64 GB HBM2e at 1.6 TB/s; rocBLAS reaches about 70% of peak on large GEMMs. 110 CUs;
+    // 256 x 128 macro tiles (an assumption). No FP8.
+    {"mi250x-gcd", 191.5e12, 47.9e12, 64 * GiB, 1.6e12, 0.70, 128, 2 * GiB, 6e-6, 0, 0, 110, 256,
+     128},
     // The development machine's CPU as one rank per core, measured by `strata plan calibrate-cpu`
     // (OpenBLAS sgemm on one thread: 47-71 GFLOP/s over runs on a shared 2-core machine; memcpy
     // 16-28 GB/s; half of the RAM per rank); bf16 is not faster than fp32 here. Re-measure on
-    // another machine and pass the file with --accel.
-    {"cpu", 66e9, 66e9, 11.77 * GiB, 20e9, 1.0, 8, 0, 2e-6},
+    // another machine and pass the file with --accel. No waves: one core, no tiles to fill.
+    {"cpu", 66e9, 66e9, 11.77 * GiB, 20e9, 1.0, 8, 0, 2e-6, 0, 0, 0, 0, 0},
 };
 
 int strata_accel_preset_count(void)
@@ -158,11 +167,23 @@ strata_calib_t strata_calib_default(void)
                             .eta_out = 0.85,
                             .eta_zero3 = 0.1141,
                             .overlap_cost = 0.10,
-                            .zero3_overlap_cost = 0.4461};
+                            .zero3_overlap_cost = 0.4461,
+                            .straggler_cv = 0.01,
+                            .ecmp_subflows = 16,
+                            .mem_frag = 0.05};
 }
 
 static const char *const calib_names[STRATA_CALIB_NPARAMS] = {
-    "eta_gemm", "eta_mem", "eta_up", "eta_out", "eta_zero3", "overlap_cost", "zero3_overlap_cost"};
+    "eta_gemm",     "eta_mem",       "eta_up",  "eta_out", "eta_zero3", "overlap_cost",
+    "zero3_overlap_cost", "straggler_cv", "ecmp_subflows", "mem_frag"};
+
+void strata_calib_param_range(int i, double *lo, double *hi)
+{
+    // Efficiencies and costs are fractions (up to 2 so that a what-if can exceed a measurement);
+    // 0 sub-flows switches ECMP collisions off.
+    *lo = 0;
+    *hi = i == 8 ? 4096 : i == 7 || i == 9 ? 1 : 2;
+}
 
 const char *strata_calib_param_name(int i)
 {
@@ -186,6 +207,12 @@ double *strata_calib_param(strata_calib_t *c, int i)
         return &c->overlap_cost;
     case 6:
         return &c->zero3_overlap_cost;
+    case 7:
+        return &c->straggler_cv;
+    case 8:
+        return &c->ecmp_subflows;
+    case 9:
+        return &c->mem_frag;
     default:
         return NULL;
     }
@@ -214,14 +241,19 @@ strata_status_t strata_calib_apply(strata_calib_t *c, const char *assignments)
         for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
             if (!strcmp(item, calib_names[i]))
                 found = i;
-        if (found < 0)
+        if (found < 0) {
+            char names[256] = "";
+            for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         i ? ", " : "", calib_names[i]);
             return st_error(STRATA_ERR_INVALID_ARG,
-                            "unknown calibration constant '%s' (expected "
-                            "eta_gemm, eta_mem, eta_up, eta_out, eta_zero3, overlap_cost or "
-                            "zero3_overlap_cost)",
-                            item);
-        if (!(v >= 0 && v <= 2))
-            return st_error(STRATA_ERR_INVALID_ARG, "expected %s in [0, 2], got %g", item, v);
+                            "unknown calibration constant '%s' (expected one of %s)", item, names);
+        }
+        double lo, hi;
+        strata_calib_param_range(found, &lo, &hi);
+        if (!(v >= lo && v <= hi))
+            return st_error(STRATA_ERR_INVALID_ARG, "expected %s in [%g, %g], got %g", item, lo,
+                            hi, v);
         *strata_calib_param(c, found) = v;
         p += len;
         if (*p == ',')

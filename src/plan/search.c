@@ -16,7 +16,8 @@ strata_search_opts_t strata_search_opts_default(void)
                               .zero_mask = 0xF,
                               .sched_mask = (1u << STRATA_SCHED_COUNT) - 1,
                               .recompute_mask = 0x7,
-                              .sp_mask = 0x3};
+                              .sp_mask = 0x3,
+                              .zero_variants = true};
     o.overlap[STRATA_DIM_DP] = true;
     o.overlap[STRATA_DIM_PP] = true;
     o.overlap[STRATA_DIM_CP] = true;
@@ -100,7 +101,9 @@ strata_status_t strata_plan_search(const strata_plan_problem_t *pb, const strata
     int ndv = divisors(N, dv, 256), nbv = divisors(B, bv, 256);
     strata_dim_t ord[24][STRATA_DIM_COUNT];
     int nord = orders(o->all_orders, ord);
-    strata_plan_problem_t local = *pb;
+    strata_plan_problem_t local;
+    st_plan_effective(pb, &local); /* ECMP-slowed fabric, once */
+    const double straggler = st_plan_straggler_frac(&local);
     strata_parallel_t par = strata_parallel_default();
     memcpy(par.overlap, o->overlap, sizeof par.overlap);
     strata_prediction_t pred;
@@ -155,6 +158,7 @@ strata_status_t strata_plan_search(const strata_plan_problem_t *pb, const strata
                                 par.dp = (int)dp;
                                 if (!have_lc) {
                                     ST_TRY(st_plan_layer_cost(&local, &par, &lc));
+                                    lc.straggler_frac = straggler;
                                     have_lc = true;
                                 }
                                 for (int s = 0; s < STRATA_SCHED_COUNT; s++) {
@@ -179,15 +183,21 @@ strata_status_t strata_plan_search(const strata_plan_problem_t *pb, const strata
                                                 continue;
                                             if (dp * cp == 1 && z > 0)
                                                 break;
-                                            for (int zs = 0; zs < 2; zs++) {
-                                                int z2 = zs ? o->zero_secondary : 1;
-                                                if (zs && (z != 3 || z2 <= 1 || (dp * cp) % z2 ||
-                                                           z2 >= dp * cp))
+                                            // ZeRO-3 variants: 0 plain, 1 keeping parameters,
+                                            // 2 reducing once (both at once is ZeRO-1 with
+                                            // more memory; ZeRO-2 reducing once is ZeRO-1).
+                                            int nvar = z == 3 && o->zero_variants ? 3 : 1;
+                                            for (int zs = 0; zs < 2 * nvar; zs++) {
+                                                int z2 = zs % 2 ? o->zero_secondary : 1;
+                                                if (zs % 2 && (z != 3 || z2 <= 1 || zs / 2 == 1 ||
+                                                               (dp * cp) % z2 || z2 >= dp * cp))
                                                     continue;
                                                 par.schedule = (strata_schedule_t)s;
                                                 par.vp = vp;
                                                 par.zero = z;
                                                 par.zero_secondary = z2;
+                                                par.zero_keep_params = zs / 2 == 1;
+                                                par.zero_reduce_once = zs / 2 == 2;
                                                 out->enumerated++;
                                                 if (st_plan_check_fast(&local, &par))
                                                     continue;

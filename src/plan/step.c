@@ -69,6 +69,12 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     const double ob = tr->precision == STRATA_PREC_FP32 ? 8 : 12; /* (master,) m, v */
     const double oc = cal->overlap_cost, oc3 = cal->zero3_overlap_cost;
     const double out_matrix = (double)m->vocab * m->hidden / par->tp;
+    const bool memterms = !(pb->terms_off & STRATA_TERM_MEMORY);
+    // FSDP-style variants: ZeRO-3 parameters kept from the forward to the backward that reduces
+    // their gradients; ZeRO-2/3 gradients accumulated unsharded and reduced once per step.
+    const bool keep = par->zero == 3 && par->zero_keep_params;
+    const bool once = par->zero >= 2 && par->zero_reduce_once;
+    const bool z3gather = par->zero == 3 && !(keep && once); /* gathers every micro-batch */
     memset(out, 0, sizeof *out);
     out->microbatches = (int)mb;
 
@@ -81,10 +87,18 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             L * lc->params + (i == 0 ? lc->emb_params : 0) +
             (i == p - 1 ? lc->head_params - (m->tied_embeddings && p == 1 ? out_matrix : 0) : 0);
         strata_plan_memory_t mem = {.stage = i, .capacity = pb->accel.mem_bytes};
-        mem.weights =
-            P * wb / (par->zero == 3 ? (double)dc : 1.0) +
-            (par->zero == 3 && par->zero_secondary > 1 ? P * wb / par->zero_secondary : 0);
-        mem.grads = P * gb / (par->zero >= 2 ? (double)dc : 1.0);
+        if (keep) /* the shard, and the gathered stage for the whole step */
+            mem.weights = P * wb * (1 + 1.0 / (double)dc);
+        else
+            mem.weights =
+                P * wb / (par->zero == 3 ? (double)dc : 1.0) +
+                (par->zero == 3 && par->zero_secondary > 1 ? P * wb / par->zero_secondary : 0);
+        if (tr->precision == STRATA_PREC_FP8 && (par->zero < 3 || keep))
+            mem.weights += P; /* the FP8 copy of the resident weights */
+        if (once) /* the unsharded accumulator, and the reduced shard */
+            mem.grads = P * gb * (1 + 1.0 / (double)dc);
+        else
+            mem.grads = P * gb / (par->zero >= 2 ? (double)dc : 1.0);
         mem.optimizer = P * ob / (par->zero >= 1 ? (double)dc : 1.0);
         double inflight; /* layer-micro-batches whose activations wait for their backward */
         double inflight_mb;
@@ -107,11 +121,17 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
         mem.activations = inflight * lc->act_bytes + lc->act_full_bytes +
                           (i == 0 ? inflight_mb * lc->emb_act_bytes : 0) +
                           (i == p - 1 ? lc->head_act_bytes : 0);
-        mem.comm_buffers = lc->tp_buffer_bytes + (p > 1 ? 4 * lc->p2p_bytes : 0) +
-                           (par->zero == 3 ? 2 * lc->params * wb * par->tp : 0);
+        // ZeRO-3 gathers a module at a time (the largest weight matrix, and the next one
+        // prefetched), not whole layers: DeepSpeed's per-module hooks.
+        double z3buf = 0;
+        if (par->zero == 3 && !keep)
+            z3buf = memterms ? 2 * lc->max_matrix * wb : 2 * lc->params * wb * par->tp;
+        mem.comm_buffers = lc->tp_buffer_bytes + (p > 1 ? 4 * lc->p2p_bytes : 0) + z3buf;
+        // What is allocated and freed within a step leaves holes the allocator cannot reuse.
+        mem.fragmentation = memterms ? cal->mem_frag * (mem.activations + mem.comm_buffers) : 0;
         mem.reserved = pb->accel.reserved_bytes;
         mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.comm_buffers +
-                    mem.reserved;
+                    mem.fragmentation + mem.reserved;
         if (pass == 0 || mem.total > best.total)
             best = mem;
     }
@@ -184,12 +204,12 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
         else
             d.cpe = d.cpf + d.cpb;
         if (par->zero == 3) {
-            double agf = coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link);
-            double agb = coll_s(STRATA_COLL_ALLGATHER, z2, d.P * wb, &z3blink);
-            double rs = coll_s(STRATA_COLL_REDUCE_SCATTER, dc, d.P * gb, &z3link);
+            double agf = z3gather ? coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link) : 0;
+            double agb = keep ? 0 : coll_s(STRATA_COLL_ALLGATHER, z2, d.P * wb, &z3blink);
+            double rs = once ? 0 : coll_s(STRATA_COLL_REDUCE_SCATTER, dc, d.P * gb, &z3link);
             d.z_tot = agf + agb + rs;
             d.z_exp = odp ? overlapped(agf, d.cf, oc3) + overlapped(agb + rs, d.cb, oc3) : d.z_tot;
-        } else if (par->zero == 2) {
+        } else if (par->zero == 2 && !once) {
             double rs = coll_s(STRATA_COLL_REDUCE_SCATTER, dc, d.P * gb, &dlink);
             d.z_tot = rs;
             d.z_exp = odp ? overlapped(rs, d.cb, oc) : rs;
@@ -204,7 +224,9 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             d.B += extra * (1 - share);
         }
         if (par->zero == 3 && odp) {
-            double ef = overlapped(coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link), d.cf, oc3);
+            double ef =
+                z3gather ? overlapped(coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link), d.cf, oc3)
+                         : 0;
             d.F += ef;
             d.B += d.z_exp - ef;
         } else {
@@ -244,14 +266,16 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     }
     const double M = (double)mb;
     double pipe = M * (crit.F + crit.B + pp_mb) + bubble + chain;
+    // The job waits for its slowest accelerator in every pass it computes (scale.c).
+    double straggler = lc->straggler_frac * (M * (crit.cf + crit.cb) + bubble);
 
     // ---- end of step: data-parallel gradients and parameters, tied embeddings, optimizer ----
     double grad_c = 0, param_c = 0;
     if (par->zero == 0)
         grad_c = coll_s(STRATA_COLL_ALLREDUCE, dc, Pmax * gb, &dlink);
-    else if (par->zero == 1)
+    else if (par->zero == 1 || once)
         grad_c = coll_s(STRATA_COLL_REDUCE_SCATTER, dc, Pmax * gb, &dlink);
-    if (par->zero == 1 || par->zero == 2)
+    if (par->zero == 1 || par->zero == 2 || (keep && once))
         param_c = coll_s(STRATA_COLL_ALLGATHER, dc, Pmax * wb, &dlink);
     double tail =
         odp ? overlapped(grad_c, crit.cb, oc) + overlapped(param_c, crit.cf, oc) : grad_c + param_c;
@@ -269,10 +293,11 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     double opt = Pmax / (par->zero >= 1 ? (double)dc : 1.0) * opt_bytes /
                  (pb->accel.mem_bw_Bps * cal->eta_mem);
 
-    out->step_s = pipe + tail + emb_sync + opt;
+    out->step_s = pipe + straggler + tail + emb_sync + opt;
     out->compute_s = M * (crit.cf + crit.cb);
     out->bubble_s = bubble;
     out->optimizer_s = opt;
+    out->straggler_s = straggler;
 
     strata_plan_comm_t *c = out->comm;
     c[STRATA_DIM_TP] = (strata_plan_comm_t){
@@ -288,12 +313,13 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     double frac = dc > 1 ? (double)(dc - 1) / dc : 0;
     if (par->zero == 0)
         dbytes = 2 * frac * Pmax * gb;
-    else if (par->zero == 1)
+    else if (par->zero == 1 || (par->zero == 2 && once) || (keep && once))
         dbytes = frac * Pmax * (gb + wb);
     else if (par->zero == 2)
         dbytes = frac * Pmax * (M * gb + wb);
-    else
-        dbytes = M * frac * Pmax * (2 * wb + gb);
+    else /* ZeRO-3: gathers for the forward and (unless kept) the backward; scatters */
+        dbytes = M * frac * Pmax * (wb + (keep ? 0 : wb) + (once ? 0 : gb)) +
+                 (once ? frac * Pmax * gb : 0);
     c[STRATA_DIM_DP] = (strata_plan_comm_t){M * crit.z_tot + grad_c + param_c,
                                             M * crit.z_exp + tail, dbytes, dc > 1 ? dlevel : 0};
 
@@ -330,7 +356,10 @@ strata_status_t strata_plan_predict(const strata_plan_problem_t *pb, const strat
                                     strata_prediction_t *out)
 {
     ST_TRY(strata_plan_check(pb, par));
+    strata_plan_problem_t eff;
+    st_plan_effective(pb, &eff);
     st_layer_cost_t lc;
-    ST_TRY(st_plan_layer_cost(pb, par, &lc));
-    return st_plan_assemble(pb, par, &lc, false, out);
+    ST_TRY(st_plan_layer_cost(&eff, par, &lc));
+    lc.straggler_frac = st_plan_straggler_frac(&eff);
+    return st_plan_assemble(&eff, par, &lc, false, out);
 }

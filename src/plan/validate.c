@@ -337,11 +337,13 @@ void strata_vtable_free(strata_vtable_t *t)
     t->nrows = 0;
 }
 
-strata_status_t strata_vrow_predict(const strata_vrow_t *row, const strata_calib_t *calib,
-                                    double *value, strata_prediction_t *pred)
+/* The row's metric under `calib` with the STRATA_TERM_* bits `terms_off` switched off. */
+static strata_status_t predict_terms(const strata_vrow_t *row, const strata_calib_t *calib,
+                                     unsigned terms_off, double *value, strata_prediction_t *pred)
 {
     strata_plan_problem_t pb = row->pb;
     pb.calib = *calib;
+    pb.terms_off = terms_off;
     strata_prediction_t local;
     strata_prediction_t *p = pred ? pred : &local;
     ST_TRY(strata_plan_predict(&pb, &row->par, p));
@@ -366,15 +368,23 @@ strata_status_t strata_vrow_predict(const strata_vrow_t *row, const strata_calib
     return STRATA_OK;
 }
 
+strata_status_t strata_vrow_predict(const strata_vrow_t *row, const strata_calib_t *calib,
+                                    double *value, strata_prediction_t *pred)
+{
+    return predict_terms(row, calib, row->pb.terms_off, value, pred);
+}
+
 /* ---- fit ---------------------------------------------------------------------------------------
  */
 
-static const double lo[STRATA_CALIB_NPARAMS] = {0.3, 0.2, 0.2, 0.2, 0.01, 0.0, 0.0};
-static const double hi[STRATA_CALIB_NPARAMS] = {1.3, 1.0, 1.0, 1.0, 1.0, 0.6, 1.0};
+/* The physical range each constant is fitted in. */
+static const double lo[STRATA_CALIB_NPARAMS] = {0.3, 0.2, 0.2, 0.2, 0.01, 0.0, 0.0, 0.0, 1, 0.0};
+static const double hi[STRATA_CALIB_NPARAMS] = {1.3, 1.0, 1.0, 1.0, 1.0, 0.6, 1.0, 0.1, 64, 0.5};
 
 typedef struct fitctx {
     const strata_vtable_t *t;
     int skip;
+    unsigned terms_off;
     int idx[STRATA_CALIB_NPARAMS], nfree;
     strata_calib_t base;
 } fitctx_t;
@@ -406,7 +416,7 @@ static double objective(const fitctx_t *fc, const double *x, double *mape)
         if (!row->calibrate || r == fc->skip)
             continue;
         double v;
-        if (strata_vrow_predict(row, &c, &v, NULL) < 0 || !(v > 0))
+        if (predict_terms(row, &c, fc->terms_off, &v, NULL) < 0 || !(v > 0))
             return 1e30;
         double e = log(v / row->measured);
         sse += e * e;
@@ -418,10 +428,12 @@ static double objective(const fitctx_t *fc, const double *x, double *mape)
     return sse;
 }
 
-strata_status_t strata_calib_fit(const strata_vtable_t *t, int skip, unsigned free_mask,
-                                 const strata_calib_t *start, strata_calib_t *out, double *mape)
+/* strata_calib_fit with the STRATA_TERM_* bits `terms_off` switched off in every row. */
+static strata_status_t fit_terms(const strata_vtable_t *t, int skip, unsigned free_mask,
+                                 unsigned terms_off, const strata_calib_t *start,
+                                 strata_calib_t *out, double *mape)
 {
-    fitctx_t fc = {.t = t, .skip = skip, .base = *start};
+    fitctx_t fc = {.t = t, .skip = skip, .terms_off = terms_off, .base = *start};
     int usable = 0;
     for (int r = 0; r < t->nrows; r++)
         usable += t->rows[r].calibrate && r != skip;
@@ -507,4 +519,101 @@ strata_status_t strata_calib_fit(const strata_vtable_t *t, int skip, unsigned fr
     if (mape)
         objective(&fc, x[best], mape);
     return STRATA_OK;
+}
+
+strata_status_t strata_calib_fit(const strata_vtable_t *t, int skip, unsigned free_mask,
+                                 const strata_calib_t *start, strata_calib_t *out, double *mape)
+{
+    return fit_terms(t, skip, free_mask, 0, start, out, mape);
+}
+
+/* ---- validation stage by stage -----------------------------------------------------------------
+ */
+
+static const char *const stage_names[STRATA_VSTAGE_COUNT] = {"base", "+scale", "+memory", "+hw"};
+
+const char *strata_vstage_name(strata_vstage_t s)
+{
+    return (unsigned)s < STRATA_VSTAGE_COUNT ? stage_names[s] : "?";
+}
+
+unsigned strata_vstage_terms_off(strata_vstage_t s)
+{
+    static const unsigned off[STRATA_VSTAGE_COUNT] = {
+        STRATA_TERM_ALL, STRATA_TERM_MEMORY | STRATA_TERM_HW, STRATA_TERM_HW, 0};
+    return (unsigned)s < STRATA_VSTAGE_COUNT ? off[s] : 0;
+}
+
+/* Constants a stage's step times depend on: the scale terms' only with them on; mem_frag never
+ * (it moves memory, not time), so a fit leaves it where it is. */
+static unsigned stage_fit_mask(strata_vstage_t s, unsigned free_mask)
+{
+    unsigned scale = (1u << 7) | (1u << 8);
+    if (strata_vstage_terms_off(s) & STRATA_TERM_SCALE)
+        free_mask &= ~scale;
+    return free_mask & ~(1u << 9);
+}
+
+void strata_vreport_free(strata_vreport_t *r)
+{
+    free(r->rows);
+    r->rows = NULL;
+    r->nrows = 0;
+}
+
+strata_status_t strata_validate(const strata_vtable_t *t, unsigned free_mask,
+                                const strata_calib_t *start, bool loo, strata_vreport_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->rows = calloc((size_t)(t->nrows > 0 ? t->nrows : 1), sizeof *out->rows);
+    if (!out->rows)
+        return st_error(STRATA_ERR_NO_MEMORY, "validate: out of memory");
+    out->nrows = t->nrows;
+    bool any_cal = false;
+    for (int r = 0; r < t->nrows; r++)
+        any_cal |= t->rows[r].calibrate;
+    strata_status_t rc = STRATA_OK;
+    for (int st = 0; st < STRATA_VSTAGE_COUNT && rc >= 0; st++) {
+        unsigned off = strata_vstage_terms_off((strata_vstage_t)st);
+        unsigned mask = stage_fit_mask((strata_vstage_t)st, free_mask);
+        strata_calib_t *fit = &out->fit[st];
+        *fit = *start;
+        if (any_cal)
+            rc = fit_terms(t, -1, mask, off, start, fit, NULL);
+        double sum_c = 0, sum_h = 0;
+        int n_c = 0, n_h = 0;
+        for (int r = 0; r < t->nrows && rc >= 0; r++) {
+            const strata_vrow_t *row = &t->rows[r];
+            strata_vresult_t *v = &out->rows[r];
+            strata_prediction_t p;
+            rc = predict_terms(row, fit, off, &v->predicted[st], &p);
+            if (rc < 0)
+                break;
+            v->mem_bytes[st] = p.mem.total;
+            v->fits[st] = p.mem.fits;
+            double pred = v->predicted[st];
+            if (row->calibrate && loo) {
+                strata_calib_t f2;
+                rc = fit_terms(t, r, mask, off, fit, &f2, NULL);
+                if (rc >= 0)
+                    rc = predict_terms(row, &f2, off, &pred, NULL);
+            }
+            v->error[st] = pred / row->measured - 1;
+            if (row->calibrate) {
+                sum_c += fabs(v->error[st]);
+                n_c++;
+            } else {
+                sum_h += fabs(v->error[st]);
+                n_h++;
+            }
+        }
+        out->n_calibration = n_c;
+        out->n_held_out = n_h;
+        out->mae_calibration[st] = n_c ? sum_c / n_c : 0;
+        out->mae_held_out[st] = n_h ? sum_h / n_h : 0;
+        out->mae_all[st] = n_c + n_h ? (sum_c + sum_h) / (n_c + n_h) : 0;
+    }
+    if (rc < 0)
+        strata_vreport_free(out);
+    return rc;
 }

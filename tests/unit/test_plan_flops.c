@@ -105,7 +105,8 @@ static void test_breakdown_adds_up(void **state)
             par.zero = z;
             strata_prediction_t p;
             assert_int_equal(strata_plan_predict(&pb, &par, &p), STRATA_OK);
-            double sum = p.compute_s + p.bubble_s + p.optimizer_s;
+            double sum = p.compute_s + p.bubble_s + p.optimizer_s + p.straggler_s;
+            assert_true(p.straggler_s > 0); /* 1,024 accelerators wait for their slowest */
             for (int d = 0; d < STRATA_DIM_COUNT; d++) {
                 sum += p.comm[d].exposed_s;
                 assert_true(p.comm[d].exposed_s <= p.comm[d].total_s + 1e-12);

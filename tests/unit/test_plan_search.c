@@ -39,7 +39,10 @@ static void brute(const strata_plan_problem_t *pb0, const strata_search_opts_t *
                             for (int rc = 0; rc < 3; rc++)
                                 for (int s = 0; s < STRATA_SCHED_COUNT; s++)
                                     for (int vp = 1; vp <= 8; vp++)
-                                        for (int z = 0; z < 4; z++) {
+                                        for (int zv = 0; zv < 6; zv++) {
+                                            // ZeRO 0-3, then ZeRO-3 keeping parameters and
+                                            // ZeRO-3 reducing once.
+                                            int z = zv < 4 ? zv : 3;
                                             strata_plan_problem_t pb = *pb0;
                                             pb.train.micro_batch = mb;
                                             pb.train.sequence_parallel = sp;
@@ -47,6 +50,8 @@ static void brute(const strata_plan_problem_t *pb0, const strata_search_opts_t *
                                             strata_parallel_t par = strata_parallel_default();
                                             par.tp = tp, par.cp = cp, par.pp = pp, par.dp = dp;
                                             par.vp = vp, par.zero = z;
+                                            par.zero_keep_params = zv == 4;
+                                            par.zero_reduce_once = zv == 5;
                                             par.schedule = (strata_schedule_t)s;
                                             for (int d = 0; d < STRATA_DIM_COUNT; d++)
                                                 par.overlap[d] = o->overlap[d];

@@ -24,10 +24,11 @@ static const char usage_text[] =
     "\n"
     "problem:  --model NAME|FILE.json  --cluster NAME|FILE.json  --accel NAME|FILE.json  --gpus N\n"
     "          --train FILE.json  --global-batch B  --micro-batch b  --seq S  --precision "
-    "bf16|fp16|fp32\n"
+    "bf16|fp16|fp32|fp8\n"
     "          --optimizer adam|adamw|lamb  --recompute none|selective|full  --sp on|off\n"
     "          --flash on|off  --grad-bytes 2|4  --calib FILE.json  --calib-set name=value,...\n"
     "parallel: --tp --cp --pp --vp --dp N  --zero 0-3  --zero-secondary N\n"
+    "          --zero-keep-params on|off (ZeRO-3)  --zero-reduce-once on|off (ZeRO-2/3)\n"
     "          --schedule gpipe|1f1b|interleaved|zb-h1  --overlap none|all|tp+cp+pp+dp\n"
     "          --order tp,cp,pp,dp (innermost first)\n"
     "search:   --top N  --all-orders  --max-tp N  --max-cp N  --max-vp N  --max-micro-batch N\n"
@@ -192,7 +193,11 @@ static int parse(int argc, char **argv, int first, opts_t *o)
         else if (!strcmp(a, "--zero-secondary")) {
             rc = int_arg(a, v, 1, &o->par.zero_secondary);
             o->so.zero_secondary = o->par.zero_secondary;
-        } else if (!strcmp(a, "--schedule")) {
+        } else if (!strcmp(a, "--zero-keep-params"))
+            rc = onoff(a, v, &o->par.zero_keep_params);
+        else if (!strcmp(a, "--zero-reduce-once"))
+            rc = onoff(a, v, &o->par.zero_reduce_once);
+        else if (!strcmp(a, "--schedule")) {
             LIB(strata_schedule_parse(v, &o->par.schedule));
         } else if (!strcmp(a, "--overlap")) {
             LIB(strata_overlap_parse(v, o->par.overlap));
@@ -290,6 +295,11 @@ static int parse(int argc, char **argv, int first, opts_t *o)
 /* ---- printing ----------------------------------------------------------------------------------
  */
 
+static long long st_gpus_of(const strata_plan_problem_t *pb)
+{
+    return pb->gpus > 0 ? pb->gpus : strata_topo_capacity(&pb->topo);
+}
+
 static const char *level_name(const strata_topo_t *t, int level)
 {
     return level <= 0 ? "-" : level <= t->nlevels ? t->level[level - 1].name : "?";
@@ -333,6 +343,8 @@ static void print_pred(const strata_plan_problem_t *pb, const strata_parallel_t 
             p->comm[d].bytes / 1e9, level_name(&pb->topo, p->comm[d].level));
     printf("  optimizer                  %10.4f s  %5.1f%%\n", p->optimizer_s,
            100 * p->optimizer_s / p->step_s);
+    printf("  straggler wait             %10.4f s  %5.1f%%  (the slowest of %lld accelerators)\n",
+           p->straggler_s, 100 * p->straggler_s / p->step_s, st_gpus_of(pb));
     printf("throughput   %.0f tokens/s, %.1f model TFLOP/s per accelerator\n", p->tokens_per_s,
            p->tflops_per_accel);
     printf("MFU          %.1f%%  (model FLOPs = 3 x forward incl. full s^2 attention and logits, "
@@ -342,9 +354,9 @@ static void print_pred(const strata_plan_problem_t *pb, const strata_parallel_t 
     printf("memory/accel %.2f GiB of %.2f GiB: %s (stage %d)\n", gib(p->mem.total),
            gib(p->mem.capacity), p->mem.fits ? "fits" : "DOES NOT FIT", p->mem.stage);
     printf("  weights %.2f, gradients %.2f, optimizer %.2f, activations %.2f, comm buffers %.2f, "
-           "reserved %.2f GiB\n",
+           "fragmentation %.2f, reserved %.2f GiB\n",
            gib(p->mem.weights), gib(p->mem.grads), gib(p->mem.optimizer), gib(p->mem.activations),
-           gib(p->mem.comm_buffers), gib(p->mem.reserved));
+           gib(p->mem.comm_buffers), gib(p->mem.fragmentation), gib(p->mem.reserved));
 }
 
 static json_object *pred_json(const strata_plan_problem_t *pb, const strata_parallel_t *par,
@@ -359,6 +371,10 @@ static json_object *pred_json(const strata_plan_problem_t *pb, const strata_para
     json_object_object_add(c, "dp", json_object_new_int(par->dp));
     json_object_object_add(c, "zero", json_object_new_int(par->zero));
     json_object_object_add(c, "zero_secondary", json_object_new_int(par->zero_secondary));
+    json_object_object_add(c, "zero_keep_params", json_object_new_boolean(par->zero_keep_params));
+    json_object_object_add(c, "zero_reduce_once", json_object_new_boolean(par->zero_reduce_once));
+    json_object_object_add(c, "precision",
+                           json_object_new_string(strata_precision_name(t->precision)));
     json_object_object_add(c, "schedule",
                            json_object_new_string(strata_schedule_name(par->schedule)));
     json_object_object_add(c, "micro_batch", json_object_new_int(t->micro_batch));
@@ -374,6 +390,7 @@ static json_object *pred_json(const strata_plan_problem_t *pb, const strata_para
     json_object_object_add(o, "compute_s", json_object_new_double(p->compute_s));
     json_object_object_add(o, "bubble_s", json_object_new_double(p->bubble_s));
     json_object_object_add(o, "optimizer_s", json_object_new_double(p->optimizer_s));
+    json_object_object_add(o, "straggler_s", json_object_new_double(p->straggler_s));
     json_object *cm = json_object_new_object();
     for (int d = 0; d < STRATA_DIM_COUNT; d++) {
         json_object *e = json_object_new_object();
@@ -396,6 +413,7 @@ static json_object *pred_json(const strata_plan_problem_t *pb, const strata_para
     json_object_object_add(m, "optimizer", json_object_new_double(p->mem.optimizer));
     json_object_object_add(m, "activations", json_object_new_double(p->mem.activations));
     json_object_object_add(m, "comm_buffers", json_object_new_double(p->mem.comm_buffers));
+    json_object_object_add(m, "fragmentation", json_object_new_double(p->mem.fragmentation));
     json_object_object_add(m, "reserved", json_object_new_double(p->mem.reserved));
     json_object_object_add(m, "total", json_object_new_double(p->mem.total));
     json_object_object_add(m, "capacity", json_object_new_double(p->mem.capacity));
@@ -447,14 +465,17 @@ static int do_predict(opts_t *o)
 /* Why the winner wins: the terms in which it beats the runner-up most. */
 static void explain(const strata_candidate_t *a, const strata_candidate_t *b, const char *whom)
 {
-    const char *names[8] = {"compute", "bubble",  "TP comm",   "CP comm",
-                            "PP comm", "DP comm", "optimizer", NULL};
-    double da[7] = {a->pred.compute_s,         a->pred.bubble_s,          a->pred.comm[0].exposed_s,
-                    a->pred.comm[1].exposed_s, a->pred.comm[2].exposed_s, a->pred.comm[3].exposed_s,
-                    a->pred.optimizer_s};
-    double db[7] = {b->pred.compute_s,         b->pred.bubble_s,          b->pred.comm[0].exposed_s,
-                    b->pred.comm[1].exposed_s, b->pred.comm[2].exposed_s, b->pred.comm[3].exposed_s,
-                    b->pred.optimizer_s};
+    enum { NT = 8 };
+    const char *names[NT] = {"compute", "bubble",  "TP comm",   "CP comm",
+                             "PP comm", "DP comm", "optimizer", "straggler wait"};
+    double da[NT] = {a->pred.compute_s,         a->pred.bubble_s,
+                     a->pred.comm[0].exposed_s, a->pred.comm[1].exposed_s,
+                     a->pred.comm[2].exposed_s, a->pred.comm[3].exposed_s,
+                     a->pred.optimizer_s,       a->pred.straggler_s};
+    double db[NT] = {b->pred.compute_s,         b->pred.bubble_s,
+                     b->pred.comm[0].exposed_s, b->pred.comm[1].exposed_s,
+                     b->pred.comm[2].exposed_s, b->pred.comm[3].exposed_s,
+                     b->pred.optimizer_s,       b->pred.straggler_s};
     char cfg[160];
     strata_parallel_format(&b->par, cfg, sizeof cfg);
     printf("  vs %s (%s, mb %d, recompute %s, SP %s): %.1f%% faster;", whom, cfg,
@@ -464,7 +485,7 @@ static void explain(const strata_candidate_t *a, const strata_candidate_t *b, co
     for (int k = 0; k < 3; k++) {
         int best = -1;
         double gain = 1e-9 * a->pred.step_s;
-        for (int i = 0; i < 7; i++)
+        for (int i = 0; i < NT; i++)
             if (db[i] - da[i] > gain) {
                 gain = db[i] - da[i];
                 best = i;
@@ -475,7 +496,7 @@ static void explain(const strata_candidate_t *a, const strata_candidate_t *b, co
         db[best] = da[best];
         shown++;
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < NT; i++)
         if (da[i] - db[i] > 0.005 * a->pred.step_s) {
             printf("%s pays %.3f s more %s", shown ? "; it" : " it", da[i] - db[i], names[i]);
             shown++;
@@ -511,20 +532,21 @@ static int do_search(opts_t *o)
         printf("%lld configurations enumerated, %lld valid, %lld fit in memory, %lld evaluated in "
                "%.3f s: %.0f configurations/s\n\n",
                r.enumerated, r.valid, r.fitting, r.evaluated, r.seconds, r.configs_per_s);
-        printf("%-4s %-44s %3s %-9s %-3s %9s %7s %6s %8s %8s %8s %8s %8s %7s\n", "rank",
+        printf("%-4s %-44s %3s %-9s %-3s %9s %7s %6s %8s %8s %8s %8s %8s %7s %7s\n", "rank",
                "configuration", "mb", "recompute", "sp", "step(s)", "MFU%", "mem", "compute",
-               "bubble", "TP", "PP", "DP", "CP");
+               "bubble", "TP", "PP", "DP", "CP", "strag");
         for (int i = 0; i < r.ntop; i++) {
             const strata_candidate_t *c = &r.top[i];
             char cfg[160];
             strata_parallel_format(&c->par, cfg, sizeof cfg);
             printf("%-4d %-44s %3d %-9s %-3s %9.4f %7.2f %6.1f %8.3f %8.3f %8.3f %8.3f %8.3f "
-                   "%7.3f%s\n",
+                   "%7.3f %7.3f%s\n",
                    i + 1, cfg, c->train.micro_batch, strata_recompute_name(c->train.recompute),
                    c->train.sequence_parallel ? "on" : "off", c->pred.step_s, 100 * c->pred.mfu,
                    gib(c->pred.mem.total), c->pred.compute_s, c->pred.bubble_s,
                    c->pred.comm[0].exposed_s, c->pred.comm[2].exposed_s, c->pred.comm[3].exposed_s,
-                   c->pred.comm[1].exposed_s, c->pred.mem.fits ? "" : " (no fit)");
+                   c->pred.comm[1].exposed_s, c->pred.straggler_s,
+                   c->pred.mem.fits ? "" : " (no fit)");
         }
         printf("\nwhy #1 wins:\n");
         if (r.ntop > 1)
@@ -567,9 +589,18 @@ static int load_tables(int argc, char **argv, int first, const char *data, strat
         else if (!strcmp(argv[i], "--fit") && i + 1 < argc) {
             *mask = 0;
             const char *v = argv[++i];
-            for (int k = 0; k < STRATA_CALIB_NPARAMS; k++)
-                if (strstr(v, strata_calib_param_name(k)))
-                    *mask |= 1u << k;
+            while (*v) {
+                size_t len = strcspn(v, ",");
+                int k = 0;
+                while (k < STRATA_CALIB_NPARAMS &&
+                       (strlen(strata_calib_param_name(k)) != len ||
+                        strncmp(v, strata_calib_param_name(k), len)))
+                    k++;
+                if (k == STRATA_CALIB_NPARAMS)
+                    return cmd_fail(NULL, "--fit: unknown constant '%.*s'", (int)len, v);
+                *mask |= 1u << k;
+                v += len + (v[len] == ',');
+            }
         } else if (!strncmp(argv[i], "--", 2)) {
             fprintf(stderr, "strata plan: unknown flag '%s'\n%s", argv[i], usage_text);
             return 2;
@@ -603,7 +634,133 @@ static const char *data_flag(int argc, char **argv)
     return NULL;
 }
 
-static int do_validate(int argc, char **argv, bool calibrate)
+static const char *const metric_names[] = {"TFLOP/s (Eq.3)", "MFU %", "HFU %", "model TFLOP/s",
+                                            "tokens/s"};
+
+/* Writes the constants to `path` (when given). */
+static int write_calib(const char *path, const strata_calib_t *c)
+{
+    if (!path)
+        return 0;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return cmd_fail(NULL, "%s: cannot open for writing", path);
+    strata_calib_write_json(c, f);
+    if (fclose(f) != 0)
+        return cmd_fail(NULL, "%s: write failed", path);
+    return 0;
+}
+
+static void print_calib(const char *title, const strata_calib_t *c, unsigned mask)
+{
+    printf("%s:", title);
+    for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
+        printf(" %s=%.4g%s", strata_calib_param_name(i),
+               *strata_calib_param((strata_calib_t *)c, i), mask & (1u << i) ? "" : "(fixed)");
+    printf("\n");
+}
+
+static json_object *vreport_json(const strata_vtable_t *t, const strata_vreport_t *r, bool loo)
+{
+    json_object *root = json_object_new_object(), *rows = json_object_new_array();
+    for (int i = 0; i < t->nrows; i++) {
+        const strata_vrow_t *row = &t->rows[i];
+        const strata_vresult_t *v = &r->rows[i];
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "id", json_object_new_string(row->id));
+        json_object_object_add(o, "source", json_object_new_string(row->source));
+        json_object_object_add(o, "metric", json_object_new_string(metric_names[row->metric]));
+        json_object_object_add(o, "measured", json_object_new_double(row->measured));
+        json_object_object_add(o, "calibrated_on", json_object_new_boolean(row->calibrate));
+        json_object *st = json_object_new_object();
+        for (int s = 0; s < STRATA_VSTAGE_COUNT; s++) {
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "predicted", json_object_new_double(v->predicted[s]));
+            json_object_object_add(e, "error", json_object_new_double(v->error[s]));
+            json_object_object_add(e, "memory_bytes", json_object_new_double(v->mem_bytes[s]));
+            json_object_object_add(e, "fits", json_object_new_boolean(v->fits[s]));
+            json_object_object_add(st, strata_vstage_name((strata_vstage_t)s), e);
+        }
+        json_object_object_add(o, "stages", st);
+        json_object_array_add(rows, o);
+    }
+    json_object_object_add(root, "rows", rows);
+    json_object_object_add(root, "leave_one_out", json_object_new_boolean(loo));
+    json_object *sum = json_object_new_object();
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++) {
+        json_object *e = json_object_new_object(), *c = json_object_new_object();
+        json_object_object_add(e, "mae_calibration_rows",
+                               json_object_new_double(r->mae_calibration[s]));
+        json_object_object_add(e, "mae_held_out_rows", json_object_new_double(r->mae_held_out[s]));
+        json_object_object_add(e, "mae_all_rows", json_object_new_double(r->mae_all[s]));
+        for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
+            json_object_object_add(
+                c, strata_calib_param_name(i),
+                json_object_new_double(*strata_calib_param((strata_calib_t *)&r->fit[s], i)));
+        json_object_object_add(e, "calibration", c);
+        json_object_object_add(sum, strata_vstage_name((strata_vstage_t)s), e);
+    }
+    json_object_object_add(root, "stages", sum);
+    return root;
+}
+
+static void vreport_print(const strata_vtable_t *t, const strata_vreport_t *r, bool loo,
+                          unsigned mask)
+{
+    const int full = STRATA_VSTAGE_COUNT - 1;
+    printf("error of each row %s, as each group of terms is added (docs/plan.md):\n\n",
+           loo ? "out of sample (calibration rows: leave-one-out)" : "in sample");
+    printf("%-24s %-14s %9s %9s |", "id", "metric", "measured", "predicted");
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++)
+        printf(" %7s", strata_vstage_name((strata_vstage_t)s));
+    printf(" | memory GiB base > all\n");
+    for (int i = 0; i < t->nrows; i++) {
+        const strata_vrow_t *row = &t->rows[i];
+        const strata_vresult_t *v = &r->rows[i];
+        printf("%-24s %-14s %9.1f %9.1f |", row->id, metric_names[row->metric], row->measured,
+               v->predicted[full]);
+        for (int s = 0; s < STRATA_VSTAGE_COUNT; s++)
+            printf(" %+6.1f%%", 100 * v->error[s]);
+        printf(" | %5.1f%s > %5.1f%s%s\n", gib(v->mem_bytes[0]), v->fits[0] ? " " : "!",
+               gib(v->mem_bytes[full]), v->fits[full] ? " " : "!",
+               row->calibrate ? "" : "  (held out)");
+    }
+    printf("\n(! = predicted not to fit in the accelerator's memory)\n\n%-32s", "mean absolute error");
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++)
+        printf(" %8s", strata_vstage_name((strata_vstage_t)s));
+    printf("\n");
+    const struct {
+        const char *what;
+        int n;
+        const double *mae;
+    } lines[] = {{loo ? "calibration rows, LOO" : "calibration rows", r->n_calibration,
+                  r->mae_calibration},
+                 {"held-out rows", r->n_held_out, r->mae_held_out},
+                 {"all rows", r->n_calibration + r->n_held_out, r->mae_all}};
+    for (int k = 0; k < 3; k++) {
+        if (!lines[k].n)
+            continue;
+        char label[64];
+        snprintf(label, sizeof label, "  %s (%d)", lines[k].what, lines[k].n);
+        printf("%-32s", label);
+        for (int s = 0; s < STRATA_VSTAGE_COUNT; s++)
+            printf(" %7.2f%%", 100 * lines[k].mae[s]);
+        printf("\n");
+    }
+    int refused[2] = {0, 0};
+    for (int i = 0; i < t->nrows; i++) {
+        refused[0] += !r->rows[i].fits[0];
+        refused[1] += !r->rows[i].fits[full];
+    }
+    printf("\nbefore (base) -> after (all terms): %.2f%% -> %.2f%% mean absolute error over all %d "
+           "rows; published configurations refused for memory: %d -> %d\n",
+           100 * r->mae_all[0], 100 * r->mae_all[full], r->n_calibration + r->n_held_out,
+           refused[0], refused[1]);
+    print_calib("calibration of the full model (fitted now on the calibration rows)",
+                &r->fit[full], mask);
+}
+
+static int do_validate(int argc, char **argv)
 {
     strata_vtable_t t = {0};
     bool loo = true, json = false;
@@ -615,107 +772,83 @@ static int do_validate(int argc, char **argv, bool calibrate)
         strata_vtable_free(&t);
         return rc;
     }
-    strata_calib_t start = strata_calib_default(), fit = start;
+    strata_calib_t start = strata_calib_default();
+    strata_vreport_t r;
+    if (strata_validate(&t, mask, &start, loo, &r) < 0) {
+        strata_vtable_free(&t);
+        return cmd_fail(NULL, "%s", strata_last_error());
+    }
+    if (json)
+        print_json(vreport_json(&t, &r, loo));
+    else
+        vreport_print(&t, &r, loo, mask);
+    rc = write_calib(write, &r.fit[STRATA_VSTAGE_COUNT - 1]);
+    strata_vreport_free(&r);
+    strata_vtable_free(&t);
+    return rc;
+}
+
+/* `strata plan calibrate`: fits the full model's constants on the calibration rows and shows
+ * every row under them (in sample). */
+static int do_calibrate(int argc, char **argv)
+{
+    strata_vtable_t t = {0};
+    bool loo = true, json = false;
+    unsigned mask = STRATA_CALIB_FIT_DEFAULT;
+    const char *write = NULL;
+    int rc = load_tables(argc, argv, 2, find_data(data_flag(argc, argv)), &t, &loo, &json, &mask,
+                         &write);
+    if (rc) {
+        strata_vtable_free(&t);
+        return rc;
+    }
+    strata_calib_t start = strata_calib_default(), fit;
     double mape = 0;
-    if (calibrate) {
-        if (strata_calib_fit(&t, -1, mask, &start, &fit, &mape) < 0) {
-            strata_vtable_free(&t);
-            return cmd_fail(NULL, "%s", strata_last_error());
-        }
+    if (strata_calib_fit(&t, -1, mask, &start, &fit, &mape) < 0) {
+        strata_vtable_free(&t);
+        return cmd_fail(NULL, "%s", strata_last_error());
     }
     json_object *rows = json ? json_object_new_array() : NULL;
-    double ape_cal = 0, ape_other = 0, loo_sum = 0;
-    int n_cal = 0, n_other = 0;
     if (!json)
-        printf("%-26s %-34s %-16s %9s %9s %8s %8s\n", "id", "source", "metric", "measured",
-               "predicted", "error", loo ? "LOO err" : "");
-    for (int r = 0; r < t.nrows; r++) {
-        const strata_vrow_t *row = &t.rows[r];
-        double v = 0, lv = NAN;
+        printf("%-26s %-16s %9s %9s %8s\n", "id", "metric", "measured", "predicted", "error");
+    for (int i = 0; i < t.nrows; i++) {
+        const strata_vrow_t *row = &t.rows[i];
+        double v = 0;
         if (strata_vrow_predict(row, &fit, &v, NULL) < 0) {
+            json_object_put(rows);
             strata_vtable_free(&t);
             return cmd_fail(NULL, "%s", strata_last_error());
         }
-        double err = v / row->measured - 1;
-        if (row->calibrate) {
-            ape_cal += fabs(err);
-            n_cal++;
-            if (loo) {
-                strata_calib_t f2;
-                strata_calib_fit(&t, r, mask, &fit, &f2, NULL);
-                strata_vrow_predict(row, &f2, &lv, NULL);
-                lv = lv / row->measured - 1;
-                loo_sum += fabs(lv);
-            }
-        } else {
-            ape_other += fabs(err);
-            n_other++;
-        }
-        static const char *const mn[] = {"TFLOP/s (Eq.3)", "MFU %", "HFU %", "model TFLOP/s",
-                                         "tokens/s"};
         if (json) {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "id", json_object_new_string(row->id));
-            json_object_object_add(o, "source", json_object_new_string(row->source));
-            json_object_object_add(o, "metric", json_object_new_string(mn[row->metric]));
             json_object_object_add(o, "measured", json_object_new_double(row->measured));
             json_object_object_add(o, "predicted", json_object_new_double(v));
             json_object_object_add(o, "calibrated_on", json_object_new_boolean(row->calibrate));
-            if (!isnan(lv))
-                json_object_object_add(o, "loo_error", json_object_new_double(lv));
             json_object_array_add(rows, o);
         } else {
-            char le[16] = "";
-            if (!isnan(lv))
-                snprintf(le, sizeof le, "%+.1f%%", 100 * lv);
-            printf("%-26s %-34s %-16s %9.1f %9.1f %+7.1f%% %8s%s\n", row->id, row->source,
-                   mn[row->metric], row->measured, v, 100 * err, le,
+            printf("%-26s %-16s %9.1f %9.1f %+7.1f%%%s\n", row->id, metric_names[row->metric],
+                   row->measured, v, 100 * (v / row->measured - 1),
                    row->calibrate ? "" : "  (held out)");
         }
     }
     if (json) {
-        json_object *root = json_object_new_object();
+        json_object *root = json_object_new_object(), *c = json_object_new_object();
         json_object_object_add(root, "rows", rows);
-        json_object_object_add(root, "mape_calibration_rows",
-                               json_object_new_double(n_cal ? ape_cal / n_cal : 0));
-        if (loo && n_cal)
-            json_object_object_add(root, "loo_mape", json_object_new_double(loo_sum / n_cal));
-        if (n_other)
-            json_object_object_add(root, "mape_held_out_rows",
-                                   json_object_new_double(ape_other / n_other));
-        json_object *c = json_object_new_object();
+        json_object_object_add(root, "mape_calibration_rows", json_object_new_double(mape));
         for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
             json_object_object_add(c, strata_calib_param_name(i),
                                    json_object_new_double(*strata_calib_param(&fit, i)));
         json_object_object_add(root, "calibration", c);
         print_json(root);
     } else {
-        printf("\nmean absolute percentage error on the %d calibration rows (Megatron-LM SC'21 "
-               "tables): %.2f%%\n",
-               n_cal, n_cal ? 100 * ape_cal / n_cal : 0);
-        if (loo && n_cal)
-            printf("leave-one-out (refit without each row, predict it): %.2f%%\n",
-                   100 * loo_sum / n_cal);
-        if (n_other)
-            printf("held-out rows (never calibrated on): %.2f%% over %d rows\n",
-                   100 * ape_other / n_other, n_other);
-        printf("calibration%s:", calibrate ? " (fitted now)" : "");
-        for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
-            printf(" %s=%.4f%s", strata_calib_param_name(i), *strata_calib_param(&fit, i),
-                   mask & (1u << i) ? "" : "(fixed)");
-        printf("\n");
+        printf("\nmean absolute percentage error on the calibration rows (in sample): %.2f%%\n",
+               100 * mape);
+        print_calib("calibration (fitted now)", &fit, mask);
     }
-    if (write) {
-        FILE *f = fopen(write, "w");
-        if (!f) {
-            strata_vtable_free(&t);
-            return cmd_fail(NULL, "%s: cannot open for writing", write);
-        }
-        strata_calib_write_json(&fit, f);
-        fclose(f);
-    }
+    rc = write_calib(write, &fit);
     strata_vtable_free(&t);
-    return 0;
+    return rc;
 }
 
 static int do_cpu(int argc, char **argv)
@@ -793,9 +926,9 @@ int cmd_plan(int argc, char **argv)
         return argc > 1 ? 0 : 2;
     }
     if (!strcmp(sub, "validate"))
-        return do_validate(argc, argv, false);
+        return do_validate(argc, argv);
     if (!strcmp(sub, "calibrate"))
-        return do_validate(argc, argv, true);
+        return do_calibrate(argc, argv);
     if (!strcmp(sub, "calibrate-cpu"))
         return do_cpu(argc, argv);
     if (!strcmp(sub, "presets") || !strcmp(sub, "show"))
