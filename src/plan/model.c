@@ -223,8 +223,8 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     const bool waves = !(pb->terms_off & STRATA_TERM_HW);
     const double bw = ac->mem_bw_Bps * pb->calib.eta_mem;
     // Attention, the logits and memory-bound kernels run in 16 bits under FP8 too.
-    const kctx_t k = gemm_ctx(ac, fp8 ? STRATA_PREC_BF16 : tr->precision, pb->calib.eta_gemm, bw,
-                              waves);
+    const kctx_t k =
+        gemm_ctx(ac, fp8 ? STRATA_PREC_BF16 : tr->precision, pb->calib.eta_gemm, bw, waves);
     const kctx_t kl = gemm_ctx(ac, tr->precision, pb->calib.eta_gemm, bw, waves); /* linear */
     const double t = par->tp, c = par->cp, b = tr->micro_batch, s = st_seq(pb);
     const double h = m->hidden, f = m->ffn, kv = kv_dim(m), dh = h / m->heads, V = m->vocab;

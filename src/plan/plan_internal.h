@@ -72,7 +72,8 @@ strata_net_eff_t st_plan_net_eff(const strata_plan_problem_t *pb);
 /* Layers held by pipeline device `i` of `pp` (uneven splits put the extra layers in the middle). */
 int st_layers_on_device(int layers, int pp, int i);
 
-/* ---- what grows with scale (scale.c) ---------------------------------------------------------- */
+/* ---- what grows with scale (scale.c) ----------------------------------------------------------
+ */
 
 /* E[max of n independent standard normal variables] (0 for n <= 1). */
 double st_expected_max_normal(long long n);

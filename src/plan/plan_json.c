@@ -218,15 +218,23 @@ void strata_accel_write_json(const strata_accel_t *a, FILE *f)
 {
     // Exact numbers: rounded ones could break a relation the reader checks (reserved < memory).
     const double GiB = 1024.0 * 1024.0 * 1024.0;
-    const char *keys[] = {"peak_tflops_16",  "peak_tflops_32", "memory_GiB",
-                          "memory_bandwidth_GBps", "gemm_efficiency", "gemm_dim0",
-                          "reserved_GiB",    "kernel_floor_us", "peak_tflops_8",
-                          "gemm_efficiency_8", "sms",          "gemm_tile_m",
-                          "gemm_tile_n"};
-    const double vals[] = {a->peak_flops_16 / 1e12, a->peak_flops_32 / 1e12, a->mem_bytes / GiB,
-                           a->mem_bw_Bps / 1e9,     a->gemm_eff,              a->gemm_dim0,
-                           a->reserved_bytes / GiB, a->kernel_floor_s * 1e6,  a->peak_flops_8 / 1e12,
-                           a->gemm_eff_8,           a->sms,                   a->tile_m,
+    const char *keys[] = {
+        "peak_tflops_16",  "peak_tflops_32",    "memory_GiB",   "memory_bandwidth_GBps",
+        "gemm_efficiency", "gemm_dim0",         "reserved_GiB", "kernel_floor_us",
+        "peak_tflops_8",   "gemm_efficiency_8", "sms",          "gemm_tile_m",
+        "gemm_tile_n"};
+    const double vals[] = {a->peak_flops_16 / 1e12,
+                           a->peak_flops_32 / 1e12,
+                           a->mem_bytes / GiB,
+                           a->mem_bw_Bps / 1e9,
+                           a->gemm_eff,
+                           a->gemm_dim0,
+                           a->reserved_bytes / GiB,
+                           a->kernel_floor_s * 1e6,
+                           a->peak_flops_8 / 1e12,
+                           a->gemm_eff_8,
+                           a->sms,
+                           a->tile_m,
                            a->tile_n};
     char num[32];
     fprintf(f, "{\n  \"name\": ");

@@ -117,8 +117,7 @@ static const strata_accel_t accels[] = {
     {"h100-sxm", 989e12, 67e12, 80 * GiB, 3.35e12, 0.75, 160, 2 * GiB, 4e-6, 1979e12, 0.70, 132,
      128, 256},
     // H200: H100's compute with 141 GB HBM3e at 4.8 TB/s.
-    {"h200", 989e12, 67e12, 141e9, 4.8e12, 0.77, 160, 2 * GiB, 4e-6, 1979e12, 0.72, 132, 128,
-     256},
+    {"h200", 989e12, 67e12, 141e9, 4.8e12, 0.77, 160, 2 * GiB, 4e-6, 1979e12, 0.72, 132, 128, 256},
     // One GCD of an MI250X (Frontier's unit of scheduling): 191.5 TFLOP/s bf16, 47.9 TFLOP/s fp32
     // matrix, 64 GB HBM2e at 1.6 TB/s; rocBLAS reaches about 70% of peak on large GEMMs. 110 CUs;
     // 256 x 128 macro tiles (an assumption). No FP8.
@@ -159,22 +158,23 @@ strata_calib_t strata_calib_default(void)
     // eta_gemm, eta_mem, eta_zero3 and zero3_overlap_cost fitted by `strata plan calibrate` on
     // data/validation/megatron_sc21_*.csv. Fixed, from measurements outside those tables: eta_up
     // (NCCL all-reduce bus bandwidth ~235 of 300 GB/s on DGX A100 NVLink), eta_out (~170 of 200
-    // GB/s per 8-rail node), overlap_cost (typical slowdown of kernels sharing the GPU with NCCL).
-    // docs/plan.md explains each.
-    return (strata_calib_t){.eta_gemm = 0.8774,
-                            .eta_mem = 0.9522,
+    // GB/s per 8-rail node), overlap_cost (typical slowdown of kernels sharing the GPU with NCCL),
+    // straggler_cv (spread of accelerator speeds in a cluster), ecmp_subflows (hashed sub-flows
+    // per connection), mem_frag (allocator slack). docs/plan.md explains each.
+    return (strata_calib_t){.eta_gemm = 0.8907,
+                            .eta_mem = 0.8645,
                             .eta_up = 0.78,
                             .eta_out = 0.85,
-                            .eta_zero3 = 0.1141,
+                            .eta_zero3 = 0.1146,
                             .overlap_cost = 0.10,
-                            .zero3_overlap_cost = 0.4461,
+                            .zero3_overlap_cost = 0.4458,
                             .straggler_cv = 0.01,
                             .ecmp_subflows = 16,
                             .mem_frag = 0.05};
 }
 
 static const char *const calib_names[STRATA_CALIB_NPARAMS] = {
-    "eta_gemm",     "eta_mem",       "eta_up",  "eta_out", "eta_zero3", "overlap_cost",
+    "eta_gemm",           "eta_mem",      "eta_up",        "eta_out", "eta_zero3", "overlap_cost",
     "zero3_overlap_cost", "straggler_cv", "ecmp_subflows", "mem_frag"};
 
 void strata_calib_param_range(int i, double *lo, double *hi)
@@ -244,16 +244,16 @@ strata_status_t strata_calib_apply(strata_calib_t *c, const char *assignments)
         if (found < 0) {
             char names[256] = "";
             for (int i = 0; i < STRATA_CALIB_NPARAMS; i++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                         i ? ", " : "", calib_names[i]);
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                         calib_names[i]);
             return st_error(STRATA_ERR_INVALID_ARG,
                             "unknown calibration constant '%s' (expected one of %s)", item, names);
         }
         double lo, hi;
         strata_calib_param_range(found, &lo, &hi);
         if (!(v >= lo && v <= hi))
-            return st_error(STRATA_ERR_INVALID_ARG, "expected %s in [%g, %g], got %g", item, lo,
-                            hi, v);
+            return st_error(STRATA_ERR_INVALID_ARG, "expected %s in [%g, %g], got %g", item, lo, hi,
+                            v);
         *strata_calib_param(c, found) = v;
         p += len;
         if (*p == ',')

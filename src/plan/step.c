@@ -95,7 +95,7 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
                 (par->zero == 3 && par->zero_secondary > 1 ? P * wb / par->zero_secondary : 0);
         if (tr->precision == STRATA_PREC_FP8 && (par->zero < 3 || keep))
             mem.weights += P; /* the FP8 copy of the resident weights */
-        if (once) /* the unsharded accumulator, and the reduced shard */
+        if (once)             /* the unsharded accumulator, and the reduced shard */
             mem.grads = P * gb * (1 + 1.0 / (double)dc);
         else
             mem.grads = P * gb / (par->zero >= 2 ? (double)dc : 1.0);
@@ -224,9 +224,9 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             d.B += extra * (1 - share);
         }
         if (par->zero == 3 && odp) {
-            double ef =
-                z3gather ? overlapped(coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link), d.cf, oc3)
-                         : 0;
+            double ef = z3gather ? overlapped(coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link),
+                                              d.cf, oc3)
+                                 : 0;
             d.F += ef;
             d.B += d.z_exp - ef;
         } else {

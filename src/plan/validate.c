@@ -80,6 +80,7 @@ static const char *const columns[] = {"id",
                                       "schedule",
                                       "zero",
                                       "zero_secondary",
+                                      "zero_variant",
                                       "recompute",
                                       "sequence_parallel",
                                       "flash_attention",
@@ -227,6 +228,16 @@ static strata_status_t parse_row(const rowctx_t *r, strata_vrow_t *row)
     ST_TRY(get_int(r, "dp", 1, &p->dp));
     ST_TRY(get_int(r, "zero", 0, &p->zero));
     ST_TRY(get_int(r, "zero_secondary", 1, &p->zero_secondary));
+    const char *zv = r->v[col_index("zero_variant")];
+    if (zv && *zv && strcmp(zv, "none")) {
+        p->zero_keep_params = !strcmp(zv, "keep-params") || !strcmp(zv, "keep-params+reduce-once");
+        p->zero_reduce_once = !strcmp(zv, "reduce-once") || !strcmp(zv, "keep-params+reduce-once");
+        if (!p->zero_keep_params && !p->zero_reduce_once)
+            return st_error(STRATA_ERR_PARSE,
+                            "%s:%d: expected zero_variant none, keep-params, reduce-once or "
+                            "keep-params+reduce-once, got '%s'",
+                            r->path, r->line, zv);
+    }
     ST_TRY(wrap(r, "schedule", strata_schedule_parse(r->v[col_index("schedule")], &p->schedule)));
     ST_TRY(wrap(r, "overlap", strata_overlap_parse(r->v[col_index("overlap")], p->overlap)));
     const char *ord = r->v[col_index("order")];
@@ -294,7 +305,8 @@ strata_status_t strata_vtable_load(const char *path, strata_vtable_t *t)
                 seen |= 1ull << map[i];
             }
             for (int i = 0; columns[i]; i++)
-                if (!(seen & (1ull << i)) && strcmp(columns[i], "order")) {
+                if (!(seen & (1ull << i)) && strcmp(columns[i], "order") &&
+                    strcmp(columns[i], "zero_variant")) {
                     rc = st_error(STRATA_ERR_PARSE, "%s:%d: expected a column named %s", path,
                                   lineno, columns[i]);
                     goto out;
@@ -337,13 +349,13 @@ void strata_vtable_free(strata_vtable_t *t)
     t->nrows = 0;
 }
 
-/* The row's metric under `calib` with the STRATA_TERM_* bits `terms_off` switched off. */
+/* The row's metric under `calib` with the STRATA_TERM_* bits `terms_off` switched off too. */
 static strata_status_t predict_terms(const strata_vrow_t *row, const strata_calib_t *calib,
                                      unsigned terms_off, double *value, strata_prediction_t *pred)
 {
     strata_plan_problem_t pb = row->pb;
     pb.calib = *calib;
-    pb.terms_off = terms_off;
+    pb.terms_off |= terms_off;
     strata_prediction_t local;
     strata_prediction_t *p = pred ? pred : &local;
     ST_TRY(strata_plan_predict(&pb, &row->par, p));
@@ -371,7 +383,7 @@ static strata_status_t predict_terms(const strata_vrow_t *row, const strata_cali
 strata_status_t strata_vrow_predict(const strata_vrow_t *row, const strata_calib_t *calib,
                                     double *value, strata_prediction_t *pred)
 {
-    return predict_terms(row, calib, row->pb.terms_off, value, pred);
+    return predict_terms(row, calib, 0, value, pred);
 }
 
 /* ---- fit ---------------------------------------------------------------------------------------
@@ -593,8 +605,9 @@ strata_status_t strata_validate(const strata_vtable_t *t, unsigned free_mask,
             v->fits[st] = p.mem.fits;
             double pred = v->predicted[st];
             if (row->calibrate && loo) {
+                // From `start`, not from the fit that saw this row: nothing of it leaks in.
                 strata_calib_t f2;
-                rc = fit_terms(t, r, mask, off, fit, &f2, NULL);
+                rc = fit_terms(t, r, mask, off, start, &f2, NULL);
                 if (rc >= 0)
                     rc = predict_terms(row, &f2, off, &pred, NULL);
             }

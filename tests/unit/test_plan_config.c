@@ -311,6 +311,11 @@ static void test_presets_match_files(void **state)
         assert_true(fabs(a.peak_flops_16 / b.peak_flops_16 - 1) < 1e-5);
         assert_true(fabs(a.mem_bytes / b.mem_bytes - 1) < 1e-5);
         assert_true(fabs(a.gemm_eff - b.gemm_eff) < 1e-3);
+        assert_true(fabs(a.peak_flops_8 - b.peak_flops_8) <= 1e-5 * a.peak_flops_8);
+        assert_true(fabs(a.gemm_eff_8 - b.gemm_eff_8) < 1e-3);
+        assert_int_equal(a.sms, b.sms);
+        assert_int_equal(a.tile_m, b.tile_m);
+        assert_int_equal(a.tile_n, b.tile_n);
     }
     for (int i = 0; i < strata_topo_preset_count(); i++) {
         strata_topo_t a, b;

@@ -86,11 +86,103 @@ static void test_held_out_tables_load(void **state)
     strata_vtable_free(&t);
 }
 
+static void load_all(strata_vtable_t *t)
+{
+    load(t, "megatron_sc21_table1.csv");
+    load(t, "megatron_sc21_zero3.csv");
+    load(t, "megascale_headline.csv");
+    load(t, "holdout_from_memory.csv");
+}
+
+static void test_validate_stages(void **state)
+{
+    (void)state;
+    strata_vtable_t t = {0};
+    load_all(&t);
+    strata_calib_t start = strata_calib_default();
+    strata_vreport_t r;
+    assert_int_equal(strata_validate(&t, STRATA_CALIB_FIT_DEFAULT, &start, true, &r), STRATA_OK);
+    assert_int_equal(r.nrows, t.nrows);
+    assert_int_equal(r.n_calibration, 22);
+    assert_int_equal(r.n_held_out, t.nrows - 22);
+    assert_int_equal(strata_vstage_terms_off(STRATA_VSTAGE_BASE), STRATA_TERM_ALL);
+    assert_int_equal(strata_vstage_terms_off(STRATA_VSTAGE_HW), 0);
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++) {
+        print_message("%-8s calibration rows (LOO) %.2f%%, held out %.2f%%, all %.2f%%\n",
+                      strata_vstage_name((strata_vstage_t)s), 100 * r.mae_calibration[s],
+                      100 * r.mae_held_out[s], 100 * r.mae_all[s]);
+        double sum = 0;
+        for (int i = 0; i < t.nrows; i++)
+            sum += fabs(r.rows[i].error[s]);
+        assert_true(fabs(sum / t.nrows - r.mae_all[s]) < 1e-12);
+        assert_true(r.mae_all[s] < 0.10);
+    }
+    // A calibration row's error is the prediction of constants fitted without it, from the
+    // same start: redo the base stage's for row 3 by hand, every row with the terms off.
+    strata_vtable_t base = {.rows = t.rows, .nrows = t.nrows};
+    for (int i = 0; i < t.nrows; i++)
+        t.rows[i].pb.terms_off = STRATA_TERM_ALL;
+    strata_calib_t f;
+    assert_int_equal(strata_calib_fit(&base, 3, STRATA_CALIB_FIT_DEFAULT, &start, &f, NULL),
+                     STRATA_OK);
+    double v;
+    assert_int_equal(strata_vrow_predict(&t.rows[3], &f, &v, NULL), STRATA_OK);
+    assert_true(fabs(v / t.rows[3].measured - 1 - r.rows[3].error[STRATA_VSTAGE_BASE]) < 1e-12);
+    // A held-out row's error is under the fit on the calibration rows.
+    int h = t.nrows - 1;
+    assert_false(t.rows[h].calibrate);
+    assert_int_equal(strata_vrow_predict(&t.rows[h], &r.fit[STRATA_VSTAGE_BASE], &v, NULL),
+                     STRATA_OK);
+    assert_true(fabs(v / t.rows[h].measured - 1 - r.rows[h].error[STRATA_VSTAGE_BASE]) < 1e-12);
+    for (int i = 0; i < t.nrows; i++)
+        t.rows[i].pb.terms_off = 0;
+    strata_vreport_free(&r);
+    strata_vtable_free(&t);
+}
+
+static void test_validate_is_honest(void **state)
+{
+    (void)state;
+    // What a row's own measurement says cannot move its out-of-sample prediction.
+    strata_vtable_t t = {0};
+    load_all(&t);
+    strata_calib_t start = strata_calib_default();
+    strata_vreport_t a, b;
+    const int c = 5, h = t.nrows - 2;
+    assert_true(t.rows[c].calibrate && !t.rows[h].calibrate);
+    // A held-out row: no fitted constant moves, so neither does its prediction.
+    assert_int_equal(strata_validate(&t, STRATA_CALIB_FIT_DEFAULT, &start, false, &a), STRATA_OK);
+    t.rows[h].measured *= 0.5;
+    assert_int_equal(strata_validate(&t, STRATA_CALIB_FIT_DEFAULT, &start, false, &b), STRATA_OK);
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++) {
+        assert_memory_equal(&a.fit[s], &b.fit[s], sizeof a.fit[s]);
+        assert_true(a.rows[h].predicted[s] == b.rows[h].predicted[s]);
+    }
+    t.rows[h].measured *= 2;
+    strata_vreport_free(&a);
+    strata_vreport_free(&b);
+    // A calibration row: its leave-one-out prediction stays exactly where it was.
+    assert_int_equal(strata_validate(&t, STRATA_CALIB_FIT_DEFAULT, &start, true, &a), STRATA_OK);
+    double m = t.rows[c].measured;
+    t.rows[c].measured *= 1.5;
+    assert_int_equal(strata_validate(&t, STRATA_CALIB_FIT_DEFAULT, &start, true, &b), STRATA_OK);
+    for (int s = 0; s < STRATA_VSTAGE_COUNT; s++) {
+        double pa = (1 + a.rows[c].error[s]) * m, pb = (1 + b.rows[c].error[s]) * m * 1.5;
+        assert_true(fabs(pa / pb - 1) < 1e-12);
+        assert_true(a.rows[c].predicted[s] != b.rows[c].predicted[s]); /* the full fit saw it */
+    }
+    strata_vreport_free(&a);
+    strata_vreport_free(&b);
+    strata_vtable_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_megatron_tables),
         cmocka_unit_test(test_held_out_tables_load),
+        cmocka_unit_test(test_validate_stages),
+        cmocka_unit_test(test_validate_is_honest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -592,9 +592,8 @@ static int load_tables(int argc, char **argv, int first, const char *data, strat
             while (*v) {
                 size_t len = strcspn(v, ",");
                 int k = 0;
-                while (k < STRATA_CALIB_NPARAMS &&
-                       (strlen(strata_calib_param_name(k)) != len ||
-                        strncmp(v, strata_calib_param_name(k), len)))
+                while (k < STRATA_CALIB_NPARAMS && (strlen(strata_calib_param_name(k)) != len ||
+                                                    strncmp(v, strata_calib_param_name(k), len)))
                     k++;
                 if (k == STRATA_CALIB_NPARAMS)
                     return cmd_fail(NULL, "--fit: unknown constant '%.*s'", (int)len, v);
@@ -635,7 +634,7 @@ static const char *data_flag(int argc, char **argv)
 }
 
 static const char *const metric_names[] = {"TFLOP/s (Eq.3)", "MFU %", "HFU %", "model TFLOP/s",
-                                            "tokens/s"};
+                                           "tokens/s"};
 
 /* Writes the constants to `path` (when given). */
 static int write_calib(const char *path, const strata_calib_t *c)
@@ -725,7 +724,8 @@ static void vreport_print(const strata_vtable_t *t, const strata_vreport_t *r, b
                gib(v->mem_bytes[full]), v->fits[full] ? " " : "!",
                row->calibrate ? "" : "  (held out)");
     }
-    printf("\n(! = predicted not to fit in the accelerator's memory)\n\n%-32s", "mean absolute error");
+    printf("\n(! = predicted not to fit in the accelerator's memory)\n\n%-32s",
+           "mean absolute error");
     for (int s = 0; s < STRATA_VSTAGE_COUNT; s++)
         printf(" %8s", strata_vstage_name((strata_vstage_t)s));
     printf("\n");
@@ -733,10 +733,10 @@ static void vreport_print(const strata_vtable_t *t, const strata_vreport_t *r, b
         const char *what;
         int n;
         const double *mae;
-    } lines[] = {{loo ? "calibration rows, LOO" : "calibration rows", r->n_calibration,
-                  r->mae_calibration},
-                 {"held-out rows", r->n_held_out, r->mae_held_out},
-                 {"all rows", r->n_calibration + r->n_held_out, r->mae_all}};
+    } lines[] = {
+        {loo ? "calibration rows, LOO" : "calibration rows", r->n_calibration, r->mae_calibration},
+        {"held-out rows", r->n_held_out, r->mae_held_out},
+        {"all rows", r->n_calibration + r->n_held_out, r->mae_all}};
     for (int k = 0; k < 3; k++) {
         if (!lines[k].n)
             continue;
@@ -756,8 +756,8 @@ static void vreport_print(const strata_vtable_t *t, const strata_vreport_t *r, b
            "rows; published configurations refused for memory: %d -> %d\n",
            100 * r->mae_all[0], 100 * r->mae_all[full], r->n_calibration + r->n_held_out,
            refused[0], refused[1]);
-    print_calib("calibration of the full model (fitted now on the calibration rows)",
-                &r->fit[full], mask);
+    print_calib("calibration of the full model (fitted now on the calibration rows)", &r->fit[full],
+                mask);
 }
 
 static int do_validate(int argc, char **argv)
