@@ -19,8 +19,9 @@
  * core). HFU uses it. Megatron Eq. 3 = 96 B s l h^2 (1 + s/6h + V/16lh), the formula of Narayanan
  * et al. (SC'21) that its TFLOP/s figures use; the validation compares like with like.
  *
- * Everything here is allocation-free except the search result and file readers, and thread-safe
- * (no global state): problems and configurations are plain values.
+ * Everything here is allocation-free except the search result, the validation report and file
+ * readers, and thread-safe: problems and configurations are plain values (the only state is a
+ * per-thread memo of two pure functions of the scale terms, src/plan/scale.c).
  */
 #ifndef STRATA_PLAN_H
 #define STRATA_PLAN_H
@@ -453,7 +454,7 @@ typedef struct strata_vtable {
 STRATA_API strata_status_t strata_vtable_load(const char *path, strata_vtable_t *t);
 STRATA_API void strata_vtable_free(strata_vtable_t *t);
 
-/* The predicted value of the row's metric under `calib`. */
+/* The predicted value of the row's metric under `calib` (and the row's problem's terms_off). */
 STRATA_API strata_status_t strata_vrow_predict(const strata_vrow_t *row,
                                                const strata_calib_t *calib, double *value,
                                                strata_prediction_t *pred);
@@ -506,8 +507,10 @@ typedef struct strata_vreport {
 
 /* Validates the model on table t stage by stage: at each stage, fits the constants in free_mask
  * that the stage uses (from `start`) on the calibration rows, predicts every row, and with `loo`
- * refits without each calibration row to predict it. Errors: those of strata_calib_fit and
- * strata_vrow_predict; STRATA_ERR_NO_MEMORY. */
+ * refits without each calibration row (again from `start`, so nothing of the row leaks in) to
+ * predict it. Constants a stage does not use (the scale terms' in the base stage, mem_frag always:
+ * it moves memory, not time) stay at `start`. Errors: those of strata_calib_fit and
+ * strata_vrow_predict; STRATA_ERR_NO_MEMORY; on error *out holds nothing. */
 STRATA_API strata_status_t strata_validate(const strata_vtable_t *t, unsigned free_mask,
                                            const strata_calib_t *start, bool loo,
                                            strata_vreport_t *out);

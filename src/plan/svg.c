@@ -94,11 +94,11 @@ strata_status_t strata_plan_svg(const strata_plan_problem_t *pb, const strata_pa
         left, ly + 25);
     fprintf(f,
             "<text x=\"%.0f\" y=\"%.1f\">compute %.3f | bubble %.3f | TP %.3f/%.3f | CP %.3f/%.3f "
-            "| PP %.3f/%.3f | DP %.3f/%.3f | optimizer %.3f</text>\n",
+            "| PP %.3f/%.3f | DP %.3f/%.3f | optimizer %.3f | straggler wait %.3f</text>\n",
             left, ly + 45, pred->compute_s, pred->bubble_s, pred->comm[0].exposed_s,
             pred->comm[0].total_s, pred->comm[1].exposed_s, pred->comm[1].total_s,
             pred->comm[2].exposed_s, pred->comm[2].total_s, pred->comm[3].exposed_s,
-            pred->comm[3].total_s, pred->optimizer_s);
+            pred->comm[3].total_s, pred->optimizer_s, pred->straggler_s);
     fprintf(f,
             "<text x=\"%.0f\" y=\"%.1f\">memory per accelerator %.1f GiB of %.1f GiB (%s)</text>\n",
             left, ly + 65, pred->mem.total / 1073741824.0, pred->mem.capacity / 1073741824.0,
