@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strata/netmodel.h" /* strata_coll_t, the kinds the parts share */
 #include "strata/status.h"
 
 #ifdef __cplusplus
@@ -275,28 +276,14 @@ STRATA_API strata_status_t strata_irecv(strata_comm_t *comm, void *buf, size_t c
 
 /* ---- algorithms -------------------------------------------------------------------------------- */
 
-typedef enum strata_coll {
-    STRATA_COLL_ALLREDUCE = 0,
-    STRATA_COLL_REDUCE,
-    STRATA_COLL_BCAST,
-    STRATA_COLL_REDUCE_SCATTER,
-    STRATA_COLL_ALLGATHER,
-    STRATA_COLL_ALLTOALL,
-    STRATA_COLL_GATHER,
-    STRATA_COLL_SCATTER,
-    STRATA_COLL_BARRIER,
-    STRATA_COLL_COUNT
-} strata_coll_t;
-
-STRATA_API const char *strata_coll_name(strata_coll_t coll);
-STRATA_API strata_status_t strata_coll_parse(const char *name, strata_coll_t *out);
+/* Collectives are named by strata_coll_t, with strata_coll_name / strata_coll_parse (netmodel.h). */
 
 /* The algorithm registry, for `strata algos` and tools: name and description of the i-th algorithm
  * of a collective; returns false past the end. */
 STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
 
-/* Name of the algorithm the communicator would pick for `bytes` of this collective (cost model
- * plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
+/* Name of the algorithm the communicator would pick for `bytes` of this collective (the price,
+ * strata/price.h, plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
  * anywhere else otherwise. Static storage. */
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
                                             size_t bytes, bool mem);
@@ -308,10 +295,11 @@ STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_co
  * strata_fabric_unit(f, level, rank). */
 STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm);
 
-/* The network cost model's prediction, in seconds, of `coll` on `bytes` (sized as for
- * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
- * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan
- * algorithms are priced flow by flow on it, the others on the flat link. */
+/* The price (strata/price.h), in seconds, of `coll` on `bytes` (sized as for strata_comm_algo_for)
+ * with the algorithm strata_comm_algo_for names; negative when there is none. The price is taken
+ * on the communicator's fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE, else host identity) with
+ * efficiency 1 and the reduction cost of its link: the same price the planner predicts for a
+ * group of that shape. */
 STRATA_API double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes,
                                       bool mem);
 

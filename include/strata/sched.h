@@ -22,7 +22,7 @@
 #ifndef STRATA_SCHED_H
 #define STRATA_SCHED_H
 
-#include "strata/plan.h"
+#include "strata/netmodel.h" /* strata_dim_t */
 #include "strata/status.h"
 #include "strata/topo.h"
 
