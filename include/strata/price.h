@@ -73,6 +73,8 @@ typedef struct strata_price_level {
     int units_max;      /* most children of one unit of this level that hold members (level 0:
                            members on one host); 2 or more: the group crosses this level */
     int members_min;    /* fewest members in a child of this level that holds any (level 0: 1) */
+    int link_class;     /* strata_link_class_t: a member's own links of one class are one link
+                           (its NIC serves every scale-out level) when levels work at once */
 } strata_price_level_t;
 
 /* One step of a ring: every member sends to the next at once. */

@@ -63,30 +63,58 @@ static int ceil_log2(int n)
 }
 
 /* The hierarchical algorithm with `segs` segments: per crossed level l, a ring among the
- * units_max children of a unit on the shard 1 / members_min, reduce-scatter then allgather. */
+ * units_max children of a unit on the shard 1 / members_min, reduce-scatter then allgather.
+ * Pipelined, the levels work at once and the busiest resource sets the pace: a member's own link
+ * of each class (its NIC carries every scale-out level's phase), the uplink into each level
+ * (every phase at that level or above), or the reductions. */
 static void hier(acc_t *c, const strata_price_shape_t *s, bool rs, bool ag, int segs)
 {
     acc_t lv = {0};
-    int busiest = -1;
+    double own[STRATA_LINK_CLASS_COUNT] = {0}, own_lat[STRATA_LINK_CLASS_COUNT] = {0};
+    double up[STRATA_TOPO_MAX_LEVELS] = {0}, up_lat[STRATA_TOPO_MAX_LEVELS] = {0}, red = 0;
+    int own_at[STRATA_LINK_CLASS_COUNT] = {0};
     for (int l = 0; l < s->nlevels; l++) {
         const strata_price_level_t *p = &s->level[l];
         if (p->units_max < 2)
             continue;
         double g = p->units_max, shard = 1.0 / p->members_min;
-        int phases = rs + ag;
-        step(&lv, l, phases * (g - 1), p->latency_s, shard / g, p->all_Bps);
-        if (rs)
+        double x = (rs + ag) * (g - 1) * shard / g; // bytes a member sends at this level
+        step(&lv, l, (rs + ag) * (g - 1), p->latency_s, shard / g, p->all_Bps);
+        if (rs) {
             reduce(&lv, s, l, (g - 1) / g * shard);
-        if (busiest < 0 || lv.b[l] >= lv.b[busiest])
-            busiest = l;
+            red += (g - 1) / g * shard * s->gamma_s_per_b;
+        }
+        int k = p->link_class;
+        own[k] += x / p->link_Bps;
+        own_lat[k] += lv.a[l];
+        own_at[k] = l;
+        for (int j = 1; j <= l; j++) {
+            up[j] += x / s->level[j].uplink_Bps;
+            up_lat[j] += lv.a[l];
+        }
     }
+    // The busiest resource: its seconds per byte, the latency of the steps that use it, a level.
+    double work = red, lat = 0;
+    int at = s->top;
+    for (int k = 0; k < STRATA_LINK_CLASS_COUNT; k++)
+        if (own[k] > work) {
+            work = own[k];
+            lat = own_lat[k];
+            at = own_at[k];
+        }
+    for (int j = 1; j < s->nlevels; j++)
+        if (up[j] > work) {
+            work = up[j];
+            lat = up_lat[j];
+            at = j;
+        }
     for (int l = 0; l < s->nlevels; l++) {
         c->a[l] += lv.a[l];
         c->b[l] += lv.b[l] / segs;
     }
-    if (busiest >= 0 && segs > 1) {
-        c->a[busiest] += (segs - 1) * lv.a[busiest];
-        c->b[busiest] += (segs - 1) * lv.b[busiest] / segs;
+    if (segs > 1 && at >= 0) {
+        c->a[at] += (segs - 1) * lat;
+        c->b[at] += (segs - 1) * work / segs;
     }
 }
 

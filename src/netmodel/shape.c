@@ -46,6 +46,7 @@ static void shape_links(strata_price_shape_t *s, const strata_topo_t *topo,
         p->all_Bps = fmin(all, bw);
         p->units_max = 1;
         p->members_min = 1;
+        p->link_class = (unsigned)lv->link_class < STRATA_LINK_CLASS_COUNT ? (int)lv->link_class : 0;
     }
 }
 
