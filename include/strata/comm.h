@@ -63,6 +63,11 @@ typedef enum strata_op {
 STRATA_API size_t strata_dtype_size(strata_dtype_t dtype);
 /* "f32", "bf16", ...; NULL for an invalid dtype. */
 STRATA_API const char *strata_dtype_name(strata_dtype_t dtype);
+
+/* Element i of a buffer of `dtype` as a double (f16 and bf16 widened), and the reverse (rounded to
+ * the type as the reductions round): for tools and tests that fill and check buffers of any type. */
+STRATA_API double strata_dtype_get(strata_dtype_t dtype, const void *buf, size_t i);
+STRATA_API void strata_dtype_set(strata_dtype_t dtype, void *buf, size_t i, double v);
 /* Parses a dtype name ("float32" and "f32" both work). */
 STRATA_API strata_status_t strata_dtype_parse(const char *name, strata_dtype_t *out);
 /* "sum", "prod", ...; NULL for an invalid op. */
@@ -273,6 +278,34 @@ STRATA_API strata_status_t strata_recv(strata_comm_t *comm, void *buf, size_t co
 STRATA_API strata_status_t strata_irecv(strata_comm_t *comm, void *buf, size_t count,
                                         strata_dtype_t dtype, int peer, int tag,
                                         strata_request_t **req);
+
+/* ---- a standalone bootstrap store (`strata store`, src/comm/bootstrap/store_server.c) ---------- */
+
+/* The job's rendezvous and failure detector, served by a process of its own for jobs whose ranks
+ * run with STRATA_STORE_EXTERNAL=1. Single-threaded: the caller polls it. */
+typedef struct strata_store_server strata_store_server_t;
+
+typedef struct strata_store_stats {
+    int clients;    /* open connections, including those that have not said HELLO yet */
+    int live_ranks; /* ranked clients connected and not yet said goodbye */
+    int waiting;    /* GET/WAIT requests parked until their keys are set */
+    int keys;       /* keys holding a value */
+    int notices;    /* failure and abort notices issued so far */
+} strata_store_stats_t;
+
+/* Listens on `addr` ("HOST:PORT", port 0 picks one); clients must present `secret` ("" accepts
+ * any). Errors: STRATA_ERR_INVALID_ARG for a malformed address, STRATA_ERR_SYSTEM when it cannot
+ * bind. */
+STRATA_API strata_status_t strata_store_server_open(const char *addr, const char *secret,
+                                                    strata_store_server_t **out);
+/* The port it listens on. */
+STRATA_API int strata_store_server_port(const strata_store_server_t *srv);
+/* Serves for up to `timeout_ms` (returns early when a signal interrupts the wait). */
+STRATA_API strata_status_t strata_store_server_poll(strata_store_server_t *srv, int timeout_ms);
+STRATA_API void strata_store_server_stats(const strata_store_server_t *srv,
+                                          strata_store_stats_t *out);
+/* Closes every connection and frees the server. NULL is a no-op. */
+STRATA_API void strata_store_server_close(strata_store_server_t *srv);
 
 /* ---- algorithms -------------------------------------------------------------------------------- */
 

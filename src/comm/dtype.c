@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "base/base.h"
+#include "comm/algo/reduce_op.h"
 #include "strata/comm.h"
 
 typedef struct name_alias {
@@ -92,4 +93,14 @@ strata_status_t strata_op_parse(const char *name, strata_op_t *out)
                         name ? name : "(null)");
     *out = (strata_op_t)v;
     return STRATA_OK;
+}
+
+double strata_dtype_get(strata_dtype_t dtype, const void *buf, size_t i)
+{
+    return st_dtype_load(dtype, buf, i);
+}
+
+void strata_dtype_set(strata_dtype_t dtype, void *buf, size_t i, double v)
+{
+    st_dtype_store(dtype, buf, i, v);
 }
