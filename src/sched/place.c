@@ -193,10 +193,11 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
                         out->cross_bytes[i] += bytes;
             } else {
                 // bytes is what one member sends; a ring allreduce of V sends 2(n-1)/n V.
+                strata_price_table_t table;
                 strata_price_t price;
-                rc = strata_price_coll(&shape, STRATA_COLL_ALLREDUCE, bytes * n / (2.0 * (n - 1)),
-                                       STRATA_PRICE_OFFER_PLAIN, &price);
-                t = price.seconds;
+                strata_price_table(&shape, STRATA_COLL_ALLREDUCE, &table);
+                t = strata_price_table_choose(&table, bytes * n / (2.0 * (n - 1)),
+                                              STRATA_PRICE_OFFER_PLAIN, &price);
                 for (int i = 1; i <= shape.top; i++)
                     out->cross_bytes[i] += bytes * n;
             }
