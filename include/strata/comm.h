@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strata/netmodel.h" /* strata_coll_t, the kinds the parts share */
 #include "strata/status.h"
 
 #ifdef __cplusplus
@@ -62,6 +63,11 @@ typedef enum strata_op {
 STRATA_API size_t strata_dtype_size(strata_dtype_t dtype);
 /* "f32", "bf16", ...; NULL for an invalid dtype. */
 STRATA_API const char *strata_dtype_name(strata_dtype_t dtype);
+
+/* Element i of a buffer of `dtype` as a double (f16 and bf16 widened), and the reverse (rounded to
+ * the type as the reductions round): for tools and tests that fill and check buffers of any type. */
+STRATA_API double strata_dtype_get(strata_dtype_t dtype, const void *buf, size_t i);
+STRATA_API void strata_dtype_set(strata_dtype_t dtype, void *buf, size_t i, double v);
 /* Parses a dtype name ("float32" and "f32" both work). */
 STRATA_API strata_status_t strata_dtype_parse(const char *name, strata_dtype_t *out);
 /* "sum", "prod", ...; NULL for an invalid op. */
@@ -273,30 +279,44 @@ STRATA_API strata_status_t strata_irecv(strata_comm_t *comm, void *buf, size_t c
                                         strata_dtype_t dtype, int peer, int tag,
                                         strata_request_t **req);
 
+/* ---- a standalone bootstrap store (`strata store`, src/comm/bootstrap/store_server.c) ---------- */
+
+/* The job's rendezvous and failure detector, served by a process of its own for jobs whose ranks
+ * run with STRATA_STORE_EXTERNAL=1. Single-threaded: the caller polls it. */
+typedef struct strata_store_server strata_store_server_t;
+
+typedef struct strata_store_stats {
+    int clients;    /* open connections, including those that have not said HELLO yet */
+    int live_ranks; /* ranked clients connected and not yet said goodbye */
+    int waiting;    /* GET/WAIT requests parked until their keys are set */
+    int keys;       /* keys holding a value */
+    int notices;    /* failure and abort notices issued so far */
+} strata_store_stats_t;
+
+/* Listens on `addr` ("HOST:PORT", port 0 picks one); clients must present `secret` ("" accepts
+ * any). Errors: STRATA_ERR_INVALID_ARG for a malformed address, STRATA_ERR_SYSTEM when it cannot
+ * bind. */
+STRATA_API strata_status_t strata_store_server_open(const char *addr, const char *secret,
+                                                    strata_store_server_t **out);
+/* The port it listens on. */
+STRATA_API int strata_store_server_port(const strata_store_server_t *srv);
+/* Serves for up to `timeout_ms` (returns early when a signal interrupts the wait). */
+STRATA_API strata_status_t strata_store_server_poll(strata_store_server_t *srv, int timeout_ms);
+STRATA_API void strata_store_server_stats(const strata_store_server_t *srv,
+                                          strata_store_stats_t *out);
+/* Closes every connection and frees the server. NULL is a no-op. */
+STRATA_API void strata_store_server_close(strata_store_server_t *srv);
+
 /* ---- algorithms -------------------------------------------------------------------------------- */
 
-typedef enum strata_coll {
-    STRATA_COLL_ALLREDUCE = 0,
-    STRATA_COLL_REDUCE,
-    STRATA_COLL_BCAST,
-    STRATA_COLL_REDUCE_SCATTER,
-    STRATA_COLL_ALLGATHER,
-    STRATA_COLL_ALLTOALL,
-    STRATA_COLL_GATHER,
-    STRATA_COLL_SCATTER,
-    STRATA_COLL_BARRIER,
-    STRATA_COLL_COUNT
-} strata_coll_t;
-
-STRATA_API const char *strata_coll_name(strata_coll_t coll);
-STRATA_API strata_status_t strata_coll_parse(const char *name, strata_coll_t *out);
+/* Collectives are named by strata_coll_t, with strata_coll_name / strata_coll_parse (netmodel.h). */
 
 /* The algorithm registry, for `strata algos` and tools: name and description of the i-th algorithm
  * of a collective; returns false past the end. */
 STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
 
-/* Name of the algorithm the communicator would pick for `bytes` of this collective (cost model
- * plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
+/* Name of the algorithm the communicator would pick for `bytes` of this collective (the price,
+ * strata/price.h, plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
  * anywhere else otherwise. Static storage. */
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
                                             size_t bytes, bool mem);
@@ -308,10 +328,11 @@ STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_co
  * strata_fabric_unit(f, level, rank). */
 STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm);
 
-/* The network cost model's prediction, in seconds, of `coll` on `bytes` (sized as for
- * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
- * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan
- * algorithms are priced flow by flow on it, the others on the flat link. */
+/* The price (strata/price.h), in seconds, of `coll` on `bytes` (sized as for strata_comm_algo_for)
+ * with the algorithm strata_comm_algo_for names; negative when there is none. The price is taken
+ * on the communicator's fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE, else host identity) with
+ * efficiency 1 and the reduction cost of its link: the same price the planner predicts for a
+ * group of that shape. */
 STRATA_API double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t bytes,
                                       bool mem);
 

@@ -5,6 +5,8 @@
 
 #include "strata/status.h"
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,6 +26,10 @@ STRATA_API const strata_knob_t *strata_knob_at(int i);
 /* The value in force for a declared knob: the environment's value if set, else the default.
  * Returns NULL for a name that is not declared. */
 STRATA_API const char *strata_knob_value(const char *name);
+
+/* Parses a size "64", "8K", "256M", "1G" (powers of 1024) into *out, as knobs and tools read sizes.
+ * Returns false on garbage. */
+STRATA_API bool strata_parse_size(const char *text, long long *out);
 
 #ifdef __cplusplus
 }

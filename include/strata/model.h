@@ -164,6 +164,10 @@ STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
 /* Sets the BLAS thread count (OpenBLAS); n <= 0 leaves the library default. */
 STRATA_API void strata_blas_set_threads(int n);
 
+/* GEMM peak of this CPU, measured (GFLOP/s of a square n x n sgemm at the current BLAS threads);
+ * the trainer's MFU divides by it. Takes about half a second; 0 when out of memory. */
+STRATA_API double strata_measure_gemm_peak(int n);
+
 /* ---- optimizers --------------------------------------------------------------------------------
  * Every update works on a flat range [offset, offset + count) of the parameter arena. `params` and
  * `grads` point at element `offset` (so a shard-local buffer works), `m` and `v` hold `count`

@@ -1,9 +1,10 @@
-/* The network cost model: alpha-beta-gamma cost of each collective algorithm.
+/* The network model: what the communicator, the planner and the placer share about a network.
  *
- * One model serves three users: the communicator picks algorithms with it, the planner predicts a
- * training step with it, the scheduler scores placements with it. A link is described by its
- * per-message latency alpha (s), its inverse bandwidth beta (s/byte) and the local reduction cost
- * gamma (s/byte). Costs are in seconds for `bytes` as defined per collective:
+ * This header holds the kinds the three share (collectives, parallel dimensions, algorithms), the
+ * links of a flat network, groups of accelerators laid out on the fabric tree, and the transfer
+ * plans of the topology-aware collectives with their flow-level simulation. The PRICE of a
+ * collective, which all three ask for, is in strata/price.h; a part that needs a price includes
+ * that. Sizes in bytes are as defined per collective:
  *   allreduce, reduce, bcast:   the full vector each rank holds
  *   reduce_scatter, allgather:  the full (nranks-block) vector
  *   alltoall, gather, scatter:  the full vector one rank sends/holds (nranks blocks)
@@ -12,23 +13,57 @@
 #ifndef STRATA_NETMODEL_H
 #define STRATA_NETMODEL_H
 
-#include "strata/comm.h"
+#include "strata/status.h"
 #include "strata/topo.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct strata_link {
-    double alpha_s;        /* latency per message, seconds */
-    double beta_s_per_b;   /* seconds per byte = 1 / bandwidth */
-    double gamma_s_per_b;  /* seconds per byte reduced locally */
-} strata_link_t;
+/* ---- kinds shared by comm, plan and sched (src/netmodel/kinds.c) ------------------------------ */
 
-/* Flat algorithms every communicator has. Names match the registry in `strata algos`. */
+typedef enum strata_coll {
+    STRATA_COLL_ALLREDUCE = 0,
+    STRATA_COLL_REDUCE,
+    STRATA_COLL_BCAST,
+    STRATA_COLL_REDUCE_SCATTER,
+    STRATA_COLL_ALLGATHER,
+    STRATA_COLL_ALLTOALL,
+    STRATA_COLL_GATHER,
+    STRATA_COLL_SCATTER,
+    STRATA_COLL_BARRIER,
+    STRATA_COLL_COUNT
+} strata_coll_t;
+
+/* "allreduce", "reduce_scatter", ...; NULL out of range. Parsing is case-insensitive and accepts
+ * "broadcast" for bcast; an unknown name is STRATA_ERR_INVALID_ARG with the valid names listed. */
+STRATA_API const char *strata_coll_name(strata_coll_t coll);
+STRATA_API strata_status_t strata_coll_parse(const char *name, strata_coll_t *out);
+
+/* The dimensions of a parallel layout, as the planner maps them and the placer places them. */
+typedef enum strata_dim {
+    STRATA_DIM_TP = 0,
+    STRATA_DIM_CP,
+    STRATA_DIM_PP,
+    STRATA_DIM_DP,
+    STRATA_DIM_COUNT
+} strata_dim_t;
+
+/* "tp", "cp", "pp", "dp"; "?" out of range. */
+STRATA_API const char *strata_dim_name(strata_dim_t d);
+
+/* Parses a mapping order "tp,cp,pp,dp" (any permutation, innermost first; ',', '+' or ' '
+ * between names). Errors: STRATA_ERR_INVALID_ARG naming what was expected. */
+STRATA_API strata_status_t strata_order_parse(const char *s, strata_dim_t order[STRATA_DIM_COUNT]);
+
+/* Every algorithm the communicator has, as the price knows it. Names match the registry in
+ * `strata algos`. Which collectives each serves: strata_price_serves() (strata/price.h). */
 typedef enum strata_algo {
-    STRATA_ALGO_RING = 0,           /* ring; allreduce = reduce-scatter + allgather */
-    STRATA_ALGO_RECURSIVE_DOUBLING, /* log2(n) rounds of full-size exchanges */
+    STRATA_ALGO_RING = 0,           /* ring in rank order; allreduce = reduce-scatter + allgather */
+    STRATA_ALGO_RECURSIVE_DOUBLING, /* log2(n) rounds of full-size exchanges (allgather: Bruck) */
     STRATA_ALGO_HALVING_DOUBLING,   /* Rabenseifner: recursive halving then doubling */
     STRATA_ALGO_BINOMIAL,           /* binomial tree */
     STRATA_ALGO_SCATTER_ALLGATHER,  /* bcast as scatter + ring allgather (van de Geijn) */
@@ -38,10 +73,24 @@ typedef enum strata_algo {
     STRATA_ALGO_DISSEMINATION,      /* barrier in ceil(log2 n) rounds */
     STRATA_ALGO_DIRECT,             /* one host: ranks load/store each other's buffers, so a byte
                                        is copied once, not into a message and out of it */
+    STRATA_ALGO_RING_TREE,          /* ring in tree order: every unit of the fabric contiguous */
+    STRATA_ALGO_HIER,               /* hierarchical: reduce-scatter inside each level, recurse across
+                                       the next on the shards, allgather back; pipelined */
     STRATA_ALGO_COUNT
 } strata_algo_t;
 
+/* "ring", "hier", ...; "unknown" out of range. */
 STRATA_API const char *strata_algo_name(strata_algo_t algo);
+
+/* ---- links (src/netmodel/netmodel.c) ----------------------------------------------------------- */
+
+/* A link: per-message latency alpha (s), inverse bandwidth beta (s/byte), and the cost gamma (s/byte)
+ * of reducing a byte locally. */
+typedef struct strata_link {
+    double alpha_s;        /* latency per message, seconds */
+    double beta_s_per_b;   /* seconds per byte = 1 / bandwidth */
+    double gamma_s_per_b;  /* seconds per byte reduced locally */
+} strata_link_t;
 
 /* Default links: ranks of one host over shared memory, and hosts over TCP (loopback-class). */
 STRATA_API strata_link_t strata_link_default_shm(void);
@@ -51,16 +100,13 @@ STRATA_API strata_link_t strata_link_default_tcp(void);
  * levels "tier1".. over TCP (the two links above), oversubscription 1. */
 STRATA_API void strata_fabric_default_levels(int nlevels, strata_topo_t *out);
 
-/* Predicted seconds for `algo` performing `coll` among `nranks` ranks over `link`, or a negative
- * value when the algorithm does not implement that collective. */
-STRATA_API double strata_netmodel_cost(strata_coll_t coll, strata_algo_t algo, int nranks,
-                                       double bytes, const strata_link_t *link);
-
-/* ---- groups spanning the fabric tree (src/netmodel/hier.c) ----------------------------------- */
+/* ---- groups of a layout on the fabric tree (src/netmodel/shape.c) ---------------------------- */
 
 /* One dimension of a process group laid out on the tree: `size` members whose accelerator numbers
  * differ by `stride` (a tensor-parallel group of 8 has stride 1; a data-parallel group has stride
- * tp*cp*pp under the default mapping). A group may combine dimensions (data x context parallel). */
+ * tp*cp*pp under the default mapping). A group may combine dimensions (data x context parallel);
+ * its members are numbered innermost dimension first (dim[0] varies fastest), which is the order
+ * of their ranks in the communicator that would run the group. */
 typedef struct strata_group_dim {
     int size;
     long long stride;
@@ -73,43 +119,27 @@ typedef struct strata_group {
     strata_group_dim_t dim[STRATA_GROUP_MAX_DIMS];
 } strata_group_t;
 
-/* Efficiencies the model applies per link class, and the local reduction cost. */
+/* Members of `group`. */
+STRATA_API long long strata_group_size(const strata_group_t *group);
+
+/* What the ranks of a group add to the links: the fraction of a level's bandwidth collectives
+ * reach, per link class, for levels whose own `efficiency` is 0; and the seconds a rank needs to
+ * reduce one byte. The planner fills it from its calibration and accelerator; a communicator uses
+ * 1 and its link's gamma; the placer 1 and 0 (it prices the network alone). */
 typedef struct strata_net_eff {
     double eff[STRATA_LINK_CLASS_COUNT]; /* fraction of link bandwidth reached by collectives */
     double gamma_s_per_b;                /* seconds per byte reduced on the accelerator */
 } strata_net_eff_t;
 
-/* How one member of `group` sees the fabric when every group of the same shape runs its collective
- * at the same time (as all data-parallel groups do). For each level the group crosses (its members
- * sit in more than one child of that level), the bandwidth a group gets is
- *     k * bw * efficiency / oversubscription
- * where k is the number of members inside one child: a topology-aware collective (NCCL's rails,
- * a hierarchical ring) drives all k members' links at once, while the D/k groups with members in a
- * child of D accelerators share its uplink of D * bw / oversubscription. The flat link returned has the slowest crossed level's bandwidth and the largest
- * crossed latency, so strata_netmodel_cost() on it gives the group's collective time.
- *   aggregate  true for collectives; false for point-to-point flows, which use one link (k = 1).
- *   top_level  receives the outermost level crossed (0 when the group stays on one accelerator,
- *              i + 1 for topo->level[i]); may be NULL.
- * Errors: STRATA_ERR_INVALID_ARG for a malformed group or a group larger than the tree. */
-STRATA_API strata_status_t strata_netmodel_group_link(const strata_topo_t *topo,
-                                                      const strata_group_t *group,
-                                                      const strata_net_eff_t *eff, bool aggregate,
-                                                      strata_link_t *out, int *top_level);
-
-/* Point-to-point time of `bytes` over `link`: alpha + bytes * beta. */
-STRATA_API double strata_netmodel_p2p(double bytes, const strata_link_t *link);
-
-/* Members of `group`. */
-STRATA_API long long strata_group_size(const strata_group_t *group);
-
-
-/* ---- collectives on a fabric: transfer plans and their cost (src/netmodel/xfer_plan.c, flows.c)
+/* ---- collectives on a fabric: transfer plans and their simulation (src/netmodel/xfer_plan.c,
+ * flows.c)
  *
  * A topology-aware algorithm is written once as a transfer plan: every point-to-point transfer of
  * the collective, for every rank, each in a numbered slot. In slot t a rank sends and receives its
  * transfers of slot t; slot t+1 starts when they are done. The communicator executes the transfers
- * of its own rank (comm/algo/topo.c); the cost model prices the whole plan, slot by slot, with
- * every transfer of a slot sharing the links it crosses. So what is predicted is exactly what runs.
+ * of its own rank (comm/algo/topo.c); the simulation below runs the whole plan, slot by slot, with
+ * every transfer of a slot sharing the links it crosses: the flow-level reference the closed-form
+ * price (strata/price.h) is checked against.
  *
  * Data is one vector per rank, cut into per-rank blocks (off/len in elements): after a
  * reduce-scatter, rank b holds the reduction of block b; an allgather starts with rank b holding
@@ -195,18 +225,21 @@ STRATA_API strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, str
 STRATA_API double strata_netmodel_flows_time(const strata_fabric_t *f, int n, const int *src,
                                              const int *dst, const double *bytes);
 
-/* Predicted seconds of a whole plan. Slot by slot, the slot's transfers share links as in
+/* Simulated seconds of a whole plan. Slot by slot, the slot's transfers share links as in
  * strata_netmodel_flows_time; a transfer starts when both its ends have finished their previous
  * slot (ranks wait for their own messages only, as the communicator does), so the plan's time is
  * the latest finish, not the sum of the slowest transfer of every slot. */
 STRATA_API double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_plan_t *p,
                                             size_t esize);
 
-/* Predicted seconds of allreduce / reduce_scatter / allgather / bcast / reduce (`bytes` as defined
- * at the top) with the plan `kind` on `f`, blocks even; negative when the kind does not serve it. The hierarchical plan is
- * priced over a small grid of pipelines (1..16 segments, staggers 1..4) and the best is returned,
- * with its pipeline in *pipe (may be NULL). The communicator chooses with it; `strata bench`
- * prints it. */
+/* Simulated seconds of allreduce / reduce_scatter / allgather / bcast / reduce (`bytes` as defined
+ * at the top) with the plan `kind` on `f`, blocks even; negative when the kind does not serve it.
+ * The hierarchical plan is simulated over a small grid of pipelines (1..16 segments, staggers
+ * 1..4) and the best is returned, with its pipeline in *pipe (may be NULL). This is the
+ * flow-by-flow REFERENCE for the closed-form price (strata/price.h), which is what the
+ * communicator chooses with: tests/unit/test_price.c keeps the two within a stated distance. It
+ * costs (transfers x concurrent flows): do not call it per operation or per planned
+ * configuration. */
 STRATA_API double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
                                               strata_plan_kind_t kind, double bytes, size_t esize,
                                               strata_pipeline_t *pipe);

@@ -9,7 +9,7 @@
  * overlap, mapping of dimensions onto the tree). Every term is reported: compute, each dimension's
  * communication (total and exposed after overlap, and the outermost fabric level it crosses),
  * pipeline bubble, optimizer; tokens/s, TFLOP/s, MFU and HFU; memory per accelerator by kind.
- * Communication is priced by the shared network model (strata/netmodel.h).
+ * Communication is priced by the shared pricing module (strata/price.h).
  *
  * FLOP conventions (docs/plan.md):
  *   model FLOPs    = 3 x forward FLOPs of every matrix multiply, attention counted in full (QK^T
@@ -26,7 +26,7 @@
 #ifndef STRATA_PLAN_H
 #define STRATA_PLAN_H
 
-#include "strata/netmodel.h"
+#include "strata/price.h"
 #include "strata/status.h"
 #include "strata/topo.h"
 
@@ -196,14 +196,6 @@ typedef enum strata_schedule {
     STRATA_SCHED_COUNT
 } strata_schedule_t;
 
-typedef enum strata_dim {
-    STRATA_DIM_TP = 0,
-    STRATA_DIM_CP,
-    STRATA_DIM_PP,
-    STRATA_DIM_DP,
-    STRATA_DIM_COUNT
-} strata_dim_t;
-
 typedef struct strata_parallel {
     int tp, cp, pp, vp, dp; /* vp: model chunks per device (1 unless interleaved) */
     int zero;               /* ZeRO stage 0..3 over the data(x context)-parallel group */
@@ -224,9 +216,7 @@ typedef struct strata_parallel {
 STRATA_API strata_parallel_t strata_parallel_default(void);
 STRATA_API const char *strata_schedule_name(strata_schedule_t s);
 STRATA_API strata_status_t strata_schedule_parse(const char *s, strata_schedule_t *out);
-STRATA_API const char *strata_dim_name(strata_dim_t d);
-/* Parses "tp,cp,pp,dp" (any permutation). */
-STRATA_API strata_status_t strata_order_parse(const char *s, strata_dim_t order[STRATA_DIM_COUNT]);
+/* strata_order_parse ("tp,cp,pp,dp", any permutation) is in netmodel.h. */
 /* Parses "none", "all" or a '+'/',' list of dims ("dp+pp"). */
 STRATA_API strata_status_t strata_overlap_parse(const char *s, bool overlap[STRATA_DIM_COUNT]);
 /* "tp8 cp1 pp16 vp1 dp128 zero1 1f1b" into buf. */

@@ -8,12 +8,12 @@
  * (TP x CP x PP x DP in a given order, innermost first, as strata plan maps it) with the bytes one
  * device sends per step for each dimension. A placement gives every rank a host and a slot.
  *
- * The cost of a placement is the predicted communication time of one step from the shared network
- * model (strata/netmodel.h): for every group of every dimension, the outermost level it crosses
- * and the fewest members it has inside one child of that level give a link (k members drive k
- * links at once, cut by that level's oversubscription); the slowest group of each dimension sets
- * that dimension's time (the step waits for it), and the dimensions add up. Pipeline groups are
- * priced hop by hop as point-to-point flows.
+ * The cost of a placement is the predicted communication time of one step by the pricing module
+ * the communicator and the planner use (strata/price.h): every group of every dimension is priced
+ * on its members' hosts, TP/CP/DP groups as the allreduce their communicator would run, pipeline
+ * groups by their slowest hop with every stage sending; the slowest group of each dimension sets
+ * that dimension's time (the step waits for it), and the dimensions add up. Network only: no
+ * reduction cost.
  *
  * strata does not replace Slurm or mpirun: it writes what they take (SLURM_HOSTFILE for
  * --distribution=arbitrary, an Open MPI rankfile, a per-host torchrun-style environment).
@@ -22,7 +22,7 @@
 #ifndef STRATA_SCHED_H
 #define STRATA_SCHED_H
 
-#include "strata/plan.h"
+#include "strata/netmodel.h" /* strata_dim_t */
 #include "strata/status.h"
 #include "strata/topo.h"
 

@@ -399,9 +399,7 @@ typedef struct strata_resume_info {
 /* The outcome of the last strata_trainer_resume (all zero and -1 before one). */
 STRATA_API strata_resume_info_t strata_trainer_resume_info(const strata_trainer_t *t);
 
-/* GEMM peak of this CPU, measured (GFLOP/s of a square sgemm at the current BLAS threads); used for
- * MFU. Takes about half a second. */
-STRATA_API double strata_measure_gemm_peak(int n);
+/* strata_measure_gemm_peak (this CPU's GEMM peak, for MFU) is in model.h. */
 
 #ifdef __cplusplus
 }

@@ -108,3 +108,8 @@ long long st_knob_int(const char *name, long long fallback)
     }
     return fallback;
 }
+
+bool strata_parse_size(const char *text, long long *out)
+{
+    return st_parse_size(text, out);
+}

@@ -1,4 +1,5 @@
-/* Names of the communication enums: element types, reduction ops and collectives, both ways. Tools,
+/* Names of the communication enums: element types and reduction ops, both ways (collectives are
+ * named in netmodel, src/netmodel/kinds.c). Tools,
  * knobs (STRATA_COMM_ALGO=allreduce:ring) and tests print and parse them through here so every part
  * spells them the same. Parsing is case-insensitive and accepts the common aliases (float32, half,
  * broadcast, ...); a bad name fails with STRATA_ERR_INVALID_ARG and a message listing the valid
@@ -6,6 +7,7 @@
 #include <strings.h>
 
 #include "base/base.h"
+#include "comm/algo/reduce_op.h"
 #include "strata/comm.h"
 
 typedef struct name_alias {
@@ -34,18 +36,6 @@ static const name_alias_t dtype_aliases[] = {
 static const char *const op_names[STRATA_OP_COUNT] = {
     [STRATA_OP_SUM] = "sum", [STRATA_OP_PROD] = "prod", [STRATA_OP_MIN] = "min",
     [STRATA_OP_MAX] = "max", [STRATA_OP_AVG] = "avg",
-};
-
-static const char *const coll_names[STRATA_COLL_COUNT] = {
-    [STRATA_COLL_ALLREDUCE] = "allreduce", [STRATA_COLL_REDUCE] = "reduce",
-    [STRATA_COLL_BCAST] = "bcast",         [STRATA_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [STRATA_COLL_ALLGATHER] = "allgather", [STRATA_COLL_ALLTOALL] = "alltoall",
-    [STRATA_COLL_GATHER] = "gather",       [STRATA_COLL_SCATTER] = "scatter",
-    [STRATA_COLL_BARRIER] = "barrier",
-};
-
-static const name_alias_t coll_aliases[] = {
-    {"broadcast", STRATA_COLL_BCAST},
 };
 
 /* Looks `name` up among the canonical names, then the aliases; -1 when unknown. */
@@ -105,23 +95,12 @@ strata_status_t strata_op_parse(const char *name, strata_op_t *out)
     return STRATA_OK;
 }
 
-const char *strata_coll_name(strata_coll_t coll)
+double strata_dtype_get(strata_dtype_t dtype, const void *buf, size_t i)
 {
-    return (unsigned)coll < STRATA_COLL_COUNT ? coll_names[coll] : NULL;
+    return st_dtype_load(dtype, buf, i);
 }
 
-strata_status_t strata_coll_parse(const char *name, strata_coll_t *out)
+void strata_dtype_set(strata_dtype_t dtype, void *buf, size_t i, double v)
 {
-    if (!out)
-        return st_error(STRATA_ERR_INVALID_ARG, "strata_coll_parse: out is NULL");
-    int v = name ? lookup(name, coll_names, STRATA_COLL_COUNT, coll_aliases,
-                          sizeof coll_aliases / sizeof coll_aliases[0])
-                 : -1;
-    if (v < 0)
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "unknown collective '%s' (valid: allreduce reduce bcast reduce_scatter "
-                        "allgather alltoall gather scatter barrier; broadcast = bcast)",
-                        name ? name : "(null)");
-    *out = (strata_coll_t)v;
-    return STRATA_OK;
+    st_dtype_store(dtype, buf, i, v);
 }

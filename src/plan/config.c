@@ -89,7 +89,6 @@ static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8"};
 static const char *const opt_names[] = {"adam", "adamw", "lamb"};
 static const char *const rc_names[] = {"none", "selective", "full"};
 static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-static const char *const dim_names[] = {"tp", "cp", "pp", "dp"};
 
 #define NAME_OR(arr, i) ((unsigned)(i) < sizeof arr / sizeof arr[0] ? arr[i] : "?")
 
@@ -108,10 +107,6 @@ const char *strata_recompute_name(strata_recompute_t r)
 const char *strata_schedule_name(strata_schedule_t s)
 {
     return NAME_OR(sched_names, s);
-}
-const char *strata_dim_name(strata_dim_t d)
-{
-    return NAME_OR(dim_names, d);
 }
 
 static strata_status_t parse_enum(const char *s, const char *const *names, int n, const char *what,
@@ -172,36 +167,9 @@ strata_status_t strata_schedule_parse(const char *s, strata_schedule_t *out)
 static int dim_index(const char *s, size_t len)
 {
     for (int i = 0; i < STRATA_DIM_COUNT; i++)
-        if (strlen(dim_names[i]) == len && !strncmp(s, dim_names[i], len))
+        if (strlen(strata_dim_name(i)) == len && !strncmp(s, strata_dim_name(i), len))
             return i;
     return -1;
-}
-
-strata_status_t strata_order_parse(const char *s, strata_dim_t order[STRATA_DIM_COUNT])
-{
-    int n = 0;
-    unsigned seen = 0;
-    const char *p = s;
-    while (*p) {
-        size_t len = strcspn(p, ",+ ");
-        int d = dim_index(p, len);
-        if (d < 0 || (seen & (1u << d)) || n >= STRATA_DIM_COUNT)
-            return st_error(STRATA_ERR_INVALID_ARG,
-                            "expected an order of tp,cp,pp,dp, each once, "
-                            "innermost first, got '%s'",
-                            s);
-        seen |= 1u << d;
-        order[n++] = (strata_dim_t)d;
-        p += len;
-        while (*p == ',' || *p == '+' || *p == ' ')
-            p++;
-    }
-    if (n != STRATA_DIM_COUNT)
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "expected an order naming all of tp,cp,pp,dp, got "
-                        "'%s'",
-                        s);
-    return STRATA_OK;
 }
 
 strata_status_t strata_overlap_parse(const char *s, bool overlap[STRATA_DIM_COUNT])

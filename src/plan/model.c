@@ -202,13 +202,6 @@ strata_group_t st_plan_group(const strata_parallel_t *par, unsigned dims)
     return g;
 }
 
-static double coll_s(strata_coll_t coll, int n, double bytes, const strata_link_t *link)
-{
-    if (n <= 1 || bytes <= 0)
-        return 0;
-    return strata_netmodel_cost(coll, STRATA_ALGO_RING, n, bytes, link);
-}
-
 /* ---- one layer, embedding and head -------------------------------------------------------------
  */
 
@@ -282,18 +275,20 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
 
     // Tensor parallelism: two all-reduces per pass, or with sequence parallelism two all-gathers
     // and two reduce-scatters of the same full activation.
-    const strata_net_eff_t ne = st_plan_net_eff(pb);
+    // Collectives are priced by the pricing module for the group that runs them (net.c).
     const double X = T * h * eb;
     double tp_pass = 0, tp_pass_bytes = 0;
+    strata_price_table_t tp_ar = {.top = -1}, tp_ag = {.top = -1}, tp_rs = {.top = -1};
     if (par->tp > 1) {
         strata_group_t g = st_plan_group(par, 1u << STRATA_DIM_TP);
-        strata_link_t link;
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &g, &ne, true, &link, &o->tp_level));
+        ST_TRY(st_plan_table(pb, &g, STRATA_COLL_ALLREDUCE, &tp_ar));
+        ST_TRY(st_plan_table(pb, &g, STRATA_COLL_ALLGATHER, &tp_ag));
+        ST_TRY(st_plan_table(pb, &g, STRATA_COLL_REDUCE_SCATTER, &tp_rs));
+        o->tp_level = tp_ar.top + 1;
         if (tr->sequence_parallel)
-            tp_pass = 2 * coll_s(STRATA_COLL_ALLGATHER, par->tp, X, &link) +
-                      2 * coll_s(STRATA_COLL_REDUCE_SCATTER, par->tp, X, &link);
+            tp_pass = 2 * st_plan_price_s(&tp_ag, X) + 2 * st_plan_price_s(&tp_rs, X);
         else
-            tp_pass = 2 * coll_s(STRATA_COLL_ALLREDUCE, par->tp, X, &link);
+            tp_pass = 2 * st_plan_price_s(&tp_ar, X);
         tp_pass_bytes = 4 * (t - 1) / t * X;
     }
     const bool full = tr->recompute == STRATA_RECOMPUTE_FULL;
@@ -306,11 +301,13 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     // reduce-scatter their gradients in the backward.
     if (par->cp > 1) {
         strata_group_t g = st_plan_group(par, 1u << STRATA_DIM_CP);
-        strata_link_t link;
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &g, &ne, true, &link, &o->cp_level));
+        strata_price_table_t ag, rs;
+        ST_TRY(st_plan_table(pb, &g, STRATA_COLL_ALLGATHER, &ag));
+        ST_TRY(st_plan_table(pb, &g, STRATA_COLL_REDUCE_SCATTER, &rs));
+        o->cp_level = ag.top + 1;
         double kvb = b * s * 2 * kv / t * eb;
-        o->cp_fwd_s = coll_s(STRATA_COLL_ALLGATHER, par->cp, kvb, &link);
-        o->cp_bwd_s = coll_s(STRATA_COLL_REDUCE_SCATTER, par->cp, kvb, &link);
+        o->cp_fwd_s = st_plan_price_s(&ag, kvb);
+        o->cp_bwd_s = st_plan_price_s(&rs, kvb);
         o->cp_rec_s = full ? o->cp_fwd_s : 0;
         o->cp_bytes = (c - 1) / c * kvb * (full ? 3 : 2);
     }
@@ -340,19 +337,9 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
 
     // Embedding on the first stage: lookup, positions, and the vocabulary-parallel all-reduce (or
     // reduce-scatter under SP); its gradient is scattered back into the table.
-    const strata_link_t *tl = NULL;
-    strata_link_t tlink = {0};
-    if (par->tp > 1) {
-        strata_group_t g = st_plan_group(par, 1u << STRATA_DIM_TP);
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &g, &ne, true, &tlink, NULL));
-        tl = &tlink;
-    }
     o->emb_fwd_s = mem_s(&k, T * h * eb * (m->learned_pos ? 3 : 1), 2);
     o->emb_bwd_s = mem_s(&k, 2 * T * h * eb, 2);
-    o->emb_tp_s =
-        tl ? coll_s(tr->sequence_parallel ? STRATA_COLL_REDUCE_SCATTER : STRATA_COLL_ALLREDUCE,
-                    par->tp, X, tl)
-           : 0;
+    o->emb_tp_s = st_plan_price_s(tr->sequence_parallel ? &tp_rs : &tp_ar, X);
     o->emb_params = V * h / t + (m->learned_pos ? s * h : 0);
     o->emb_act_bytes = drop ? T * h / r : 0;
 
@@ -364,12 +351,11 @@ strata_status_t st_plan_layer_cost(const strata_plan_problem_t *pb, const strata
     o->head_bwd_s = 2 * logit + ce_b;
     o->head_wgrad_s = logit;
     o->head_tp_s = 0;
-    if (tl) {
+    if (par->tp > 1) {
         // Three small all-reduces (max, sum of exponentials, target logit) per pass.
-        o->head_tp_s = 3 * coll_s(STRATA_COLL_ALLREDUCE, par->tp, T * 4, tl);
+        o->head_tp_s = 3 * st_plan_price_s(&tp_ar, T * 4);
         if (tr->sequence_parallel)
-            o->head_tp_s += coll_s(STRATA_COLL_ALLGATHER, par->tp, X, tl) +
-                            coll_s(STRATA_COLL_REDUCE_SCATTER, par->tp, X, tl);
+            o->head_tp_s += st_plan_price_s(&tp_ag, X) + st_plan_price_s(&tp_rs, X);
     }
     o->head_params = V * h / t + norm_params(m);
     o->head_act_bytes = T * V / t * (eb + 8);

@@ -69,6 +69,18 @@ strata_group_t st_plan_group(const strata_parallel_t *par, unsigned dims);
 /* Net efficiencies from calibration and accelerator. */
 strata_net_eff_t st_plan_net_eff(const strata_plan_problem_t *pb);
 
+/* ---- prices of the layout's groups (net.c, strata/price.h) ---- */
+
+/* The price table of `coll` for group g under pb's fabric, efficiencies and reduction speed. */
+strata_status_t st_plan_table(const strata_plan_problem_t *pb, const strata_group_t *g,
+                              strata_coll_t coll, strata_price_table_t *out);
+/* Seconds of the cheapest algorithm the communicator offers an even call (STRATA_PRICE_OFFER_PLAIN)
+ * on table t at `bytes`; 0 when nothing moves (bytes <= 0 or one member). */
+double st_plan_price_s(const strata_price_table_t *t, double bytes);
+/* The same in one call, with the algorithm and pipeline: what step.c and model.c predict. */
+strata_status_t st_plan_coll(const strata_plan_problem_t *pb, const strata_group_t *g,
+                             strata_coll_t coll, double bytes, strata_price_t *out);
+
 /* Layers held by pipeline device `i` of `pp` (uneven splits put the extra layers in the middle). */
 int st_layers_on_device(int layers, int pp, int i);
 

@@ -27,13 +27,6 @@ static double overlapped(double c, double w, double cost)
     return c > w ? c - w + cost * w : cost * c;
 }
 
-static double coll_s(strata_coll_t coll, long long n, double bytes, const strata_link_t *link)
-{
-    if (n <= 1 || bytes <= 0)
-        return 0;
-    return strata_netmodel_cost(coll, STRATA_ALGO_RING, (int)n, bytes, link);
-}
-
 /* The first `want` members of group g (innermost first) as a group. */
 static strata_group_t sub_group(const strata_group_t *g, long long want)
 {
@@ -140,30 +133,37 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     if (memory_only && !best.fits)
         return STRATA_OK;
 
-    // ---- links of the data-parallel (x CP) group, its secondary partition, the pipeline ----
-    const strata_net_eff_t ne = st_plan_net_eff(pb);
-    strata_link_t dlink = {0}, zlink = {0}, plink = {0};
+    // ---- prices of the data-parallel (x CP) group, its secondary partition, the pipeline ----
+    // Each collective is priced by the pricing module for the group that runs it (net.c): the
+    // algorithm its communicator would choose. ZeRO-3's gathers and scatters reach only eta_zero3
+    // of that bandwidth (calibrated): they are priced as bytes / eta_zero3.
+    strata_price_table_t d_ar = {.top = -1}, d_rs = {.top = -1}, d_ag = {.top = -1},
+                         z_ag = {.top = -1};
     int dlevel = 0, plevel = 0;
     strata_group_t dg = st_plan_group(par, (1u << STRATA_DIM_DP) | (1u << STRATA_DIM_CP));
-    if (dc > 1)
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &dg, &ne, true, &dlink, &dlevel));
+    if (dc > 1) {
+        ST_TRY(st_plan_table(pb, &dg, par->zero == 0 ? STRATA_COLL_ALLREDUCE
+                                                     : STRATA_COLL_REDUCE_SCATTER,
+                             par->zero == 0 ? &d_ar : &d_rs));
+        if (par->zero > 0)
+            ST_TRY(st_plan_table(pb, &dg, STRATA_COLL_ALLGATHER, &d_ag));
+        dlevel = (par->zero == 0 ? d_ar.top : d_rs.top) + 1;
+    }
     long long z2 = par->zero == 3 && par->zero_secondary > 1 ? par->zero_secondary : dc;
     if (z2 > 1 && z2 != dc) {
         strata_group_t zg = sub_group(&dg, z2);
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &zg, &ne, true, &zlink, NULL));
+        ST_TRY(st_plan_table(pb, &zg, STRATA_COLL_ALLGATHER, &z_ag));
     } else {
-        zlink = dlink;
+        z_ag = d_ag;
     }
-    strata_link_t z3link = dlink, z3blink = zlink;
-    if (cal->eta_zero3 > 0) {
-        z3link.beta_s_per_b /= cal->eta_zero3;
-        z3blink.beta_s_per_b /= cal->eta_zero3;
-    }
+    const double z3 = cal->eta_zero3 > 0 ? cal->eta_zero3 : 1;
     double t_p2p = 0;
     if (p > 1) {
         strata_group_t pg = st_plan_group(par, 1u << STRATA_DIM_PP);
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &pg, &ne, false, &plink, &plevel));
-        t_p2p = strata_netmodel_p2p(lc->p2p_bytes, &plink);
+        strata_price_table_t pt;
+        ST_TRY(st_plan_table(pb, &pg, STRATA_COLL_ALLREDUCE, &pt));
+        plevel = pt.top + 1;
+        t_p2p = strata_price_table_p2p(&pt, lc->p2p_bytes);
     }
 
     // ---- per device, per micro-batch ----
@@ -203,14 +203,15 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
                          overlapped(lc->cp_rec_s, lc->attn_fwd_s, oc));
         else
             d.cpe = d.cpf + d.cpb;
+        double agf = 0; // ZeRO-3's forward gather
         if (par->zero == 3) {
-            double agf = z3gather ? coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link) : 0;
-            double agb = keep ? 0 : coll_s(STRATA_COLL_ALLGATHER, z2, d.P * wb, &z3blink);
-            double rs = once ? 0 : coll_s(STRATA_COLL_REDUCE_SCATTER, dc, d.P * gb, &z3link);
+            agf = z3gather ? st_plan_price_s(&d_ag, d.P * wb / z3) : 0;
+            double agb = keep ? 0 : st_plan_price_s(&z_ag, d.P * wb / z3);
+            double rs = once ? 0 : st_plan_price_s(&d_rs, d.P * gb / z3);
             d.z_tot = agf + agb + rs;
             d.z_exp = odp ? overlapped(agf, d.cf, oc3) + overlapped(agb + rs, d.cb, oc3) : d.z_tot;
         } else if (par->zero == 2 && !once) {
-            double rs = coll_s(STRATA_COLL_REDUCE_SCATTER, dc, d.P * gb, &dlink);
+            double rs = st_plan_price_s(&d_rs, d.P * gb);
             d.z_tot = rs;
             d.z_exp = odp ? overlapped(rs, d.cb, oc) : rs;
         }
@@ -224,9 +225,7 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             d.B += extra * (1 - share);
         }
         if (par->zero == 3 && odp) {
-            double ef = z3gather ? overlapped(coll_s(STRATA_COLL_ALLGATHER, dc, d.P * wb, &z3link),
-                                              d.cf, oc3)
-                                 : 0;
+            double ef = overlapped(agf, d.cf, oc3);
             d.F += ef;
             d.B += d.z_exp - ef;
         } else {
@@ -272,20 +271,20 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     // ---- end of step: data-parallel gradients and parameters, tied embeddings, optimizer ----
     double grad_c = 0, param_c = 0;
     if (par->zero == 0)
-        grad_c = coll_s(STRATA_COLL_ALLREDUCE, dc, Pmax * gb, &dlink);
+        grad_c = st_plan_price_s(&d_ar, Pmax * gb);
     else if (par->zero == 1 || once)
-        grad_c = coll_s(STRATA_COLL_REDUCE_SCATTER, dc, Pmax * gb, &dlink);
+        grad_c = st_plan_price_s(&d_rs, Pmax * gb);
     if (par->zero == 1 || par->zero == 2 || (keep && once))
-        param_c = coll_s(STRATA_COLL_ALLGATHER, dc, Pmax * wb, &dlink);
+        param_c = st_plan_price_s(&d_ag, Pmax * wb);
     double tail =
         odp ? overlapped(grad_c, crit.cb, oc) + overlapped(param_c, crit.cf, oc) : grad_c + param_c;
     double emb_sync = 0;
     if (p > 1 && m->tied_embeddings) {
         strata_group_t eg = st_plan_group(par, 1u << STRATA_DIM_PP);
         eg = (strata_group_t){1, {{2, eg.dim[0].stride * (p - 1)}}};
-        strata_link_t elink;
-        ST_TRY(strata_netmodel_group_link(&pb->topo, &eg, &ne, true, &elink, NULL));
-        emb_sync = coll_s(STRATA_COLL_ALLREDUCE, 2, out_matrix * gb, &elink);
+        strata_price_table_t et;
+        ST_TRY(st_plan_table(pb, &eg, STRATA_COLL_ALLREDUCE, &et));
+        emb_sync = st_plan_price_s(&et, out_matrix * gb);
     }
     double opt_bytes = tr->precision == STRATA_PREC_FP32 ? 28 + 4 : 24 + gb + wb + gb;
     if (tr->optimizer == STRATA_OPT_LAMB)

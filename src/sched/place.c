@@ -9,11 +9,12 @@
  * data-parallel group has as many members as possible in each child it touches), then recurses
  * into each child in tree order. Hostname order and a seeded shuffle are the baselines.
  *
- * The price is the network model's (strata/netmodel.h) step communication time; see sched.h. What
- * this file does not do: touch host states (the simulation does), or write files (output.c). */
+ * The price is the step's communication time by the pricing module (strata/price.h), each group
+ * priced as its communicator would price it; see sched.h. What this file does not do: touch host
+ * states (the simulation does), or write files (output.c). */
 #include "base/base.h"
 #include "sched/sched_internal.h"
-#include "strata/netmodel.h"
+#include "strata/price.h"
 #include "strata/sched.h"
 
 #include <stdlib.h>
@@ -132,12 +133,6 @@ strata_status_t st_job_check(const strata_cluster_t *c, const strata_job_t *job,
 
 /* ---- pricing ----------------------------------------------------------------------------------- */
 
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 static int common_level(const strata_cluster_t *c, int a, int b)
 {
     if (a == b)
@@ -148,16 +143,6 @@ static int common_level(const strata_cluster_t *c, int a, int b)
     return c->topo.nlevels - 1;
 }
 
-static strata_link_t level_link(const strata_cluster_t *c, int l, double k)
-{
-    const strata_topo_level_t *lv = &c->topo.level[l];
-    double eff = lv->efficiency > 0 ? lv->efficiency : 1.0;
-    strata_link_t link = {.alpha_s = lv->latency_s,
-                          .beta_s_per_b = lv->oversub / (k * lv->bw_Bps * eff),
-                          .gamma_s_per_b = 0};
-    return link;
-}
-
 strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t *job,
                                   const int *rank_host, strata_cost_t *out)
 {
@@ -166,17 +151,18 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
         out->dim_level[d] = -1;
     long long world = strata_job_world(job);
     long long stride = 1;
-    int nl = c->topo.nlevels;
+    const int nl = c->topo.nlevels;
     int maxn = 1;
     for (int d = 0; d < STRATA_DIM_COUNT; d++)
         maxn = ST_MAX(maxn, dim_size(job, job->order[d]));
-    int *hs = malloc((size_t)maxn * sizeof *hs), *kid = malloc((size_t)maxn * sizeof *kid);
-    if (!hs || !kid) {
+    int *hs = malloc((size_t)maxn * sizeof *hs), *units = malloc((size_t)maxn * nl * sizeof *units);
+    if (!hs || !units) {
         free(hs);
-        free(kid);
+        free(units);
         return st_error(STRATA_ERR_NO_MEMORY, "placement cost: out of memory");
     }
-    for (int oi = 0; oi < STRATA_DIM_COUNT; oi++) {
+    strata_status_t rc = STRATA_OK;
+    for (int oi = 0; oi < STRATA_DIM_COUNT && rc == STRATA_OK; oi++) {
         strata_dim_t d = job->order[oi];
         int n = dim_size(job, d);
         long long st = stride;
@@ -186,58 +172,46 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
             continue;
         double worst = 0;
         int worst_level = 0;
-        // Groups: every rank whose coordinate in d is 0 starts one.
-        for (long long r0 = 0; r0 < world; r0++) {
+        // Groups: every rank whose coordinate in d is 0 starts one. Each is priced by the pricing
+        // module on its members' hosts, as its communicator would price it (network only: gamma 0).
+        for (long long r0 = 0; r0 < world && rc == STRATA_OK; r0++) {
             if ((r0 / st) % n)
                 continue;
-            for (int k = 0; k < n; k++)
+            for (int k = 0; k < n; k++) {
                 hs[k] = rank_host[r0 + (long long)k * st];
-            double t = 0;
-            int L = 0;
-            if (d == STRATA_DIM_PP) {
-                for (int k = 0; k + 1 < n; k++) {
-                    int l = common_level(c, hs[k], hs[k + 1]);
-                    strata_link_t link = level_link(c, l, 1);
-                    t = ST_MAX(t, strata_netmodel_p2p(bytes, &link));
-                    L = ST_MAX(L, l);
-                    for (int i = 1; i <= l; i++)
+                memcpy(units + (size_t)k * nl, c->hosts[hs[k]].dom, (size_t)nl * sizeof *units);
+            }
+            strata_price_shape_t shape;
+            rc = strata_price_shape_units(&c->topo, n, units, NULL, &shape);
+            if (rc < 0)
+                break;
+            double t;
+            if (d == STRATA_DIM_PP) { // hop by hop, every stage sending at once
+                t = strata_price_p2p(&shape, bytes);
+                for (int k = 0; k + 1 < n; k++)
+                    for (int i = 1; i <= common_level(c, hs[k], hs[k + 1]); i++)
                         out->cross_bytes[i] += bytes;
-                }
             } else {
-                for (int k = 1; k < n; k++)
-                    L = ST_MAX(L, common_level(c, hs[0], hs[k]));
-                int kmin = 1;
-                if (L >= 1) {
-                    for (int k = 0; k < n; k++)
-                        kid[k] = c->hosts[hs[k]].dom[L - 1];
-                    qsort(kid, (size_t)n, sizeof *kid, cmp_int);
-                    kmin = n;
-                    for (int a = 0; a < n;) {
-                        int b = a;
-                        while (b < n && kid[b] == kid[a])
-                            b++;
-                        kmin = ST_MIN(kmin, b - a);
-                        a = b;
-                    }
-                }
-                strata_link_t link = level_link(c, L, kmin);
                 // bytes is what one member sends; a ring allreduce of V sends 2(n-1)/n V.
-                double v = bytes * n / (2.0 * (n - 1));
-                t = strata_netmodel_cost(STRATA_COLL_ALLREDUCE, STRATA_ALGO_RING, n, v, &link);
-                for (int i = 1; i <= L; i++)
+                strata_price_table_t table;
+                strata_price_t price;
+                strata_price_table(&shape, STRATA_COLL_ALLREDUCE, &table);
+                t = strata_price_table_choose(&table, bytes * n / (2.0 * (n - 1)),
+                                              STRATA_PRICE_OFFER_PLAIN, &price);
+                for (int i = 1; i <= shape.top; i++)
                     out->cross_bytes[i] += bytes * n;
             }
-            if (t > worst) {
-                worst = t;
-            }
-            worst_level = ST_MAX(worst_level, L);
+            worst = ST_MAX(worst, t);
+            worst_level = ST_MAX(worst_level, shape.top);
         }
         out->dim_s[d] = worst;
         out->dim_level[d] = worst_level;
         out->total_s += worst;
     }
     free(hs);
-    free(kid);
+    free(units);
+    if (rc < 0)
+        return rc;
     // Units of each level the job touches.
     for (int i = 0; i < nl; i++) {
         int cnt = 0;

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "model/layers.h"
 #include "strata/trace.h"
 #include "train/trainer.h"
 
@@ -464,31 +463,6 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
 }
 
 /* ---- peak, progress, metrics --------------------------------------------------------------------- */
-
-double strata_measure_gemm_peak(int n)
-{
-    if (n < 64)
-        n = 64;
-    float *a = malloc((size_t)n * n * sizeof(float) * 3);
-    if (!a)
-        return 0;
-    float *b = a + (size_t)n * n, *c = b + (size_t)n * n;
-    for (size_t i = 0; i < (size_t)n * n; i++) {
-        a[i] = (float)(i % 7) * 0.1f;
-        b[i] = (float)(i % 5) * 0.1f;
-    }
-    st_sgemm(0, 0, n, n, n, 1.f, a, n, b, n, 0.f, c, n); // warm-up
-    double best = 1e30, total = 0;
-    for (int r = 0; r < 20 && total < 0.5; r++) {
-        uint64_t t0 = st_now_ns();
-        st_sgemm(0, 0, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
-        double s = (double)(st_now_ns() - t0) * 1e-9;
-        total += s;
-        best = s < best ? s : best;
-    }
-    free(a);
-    return 2.0 * n * n * (double)n / best * 1e-9;
-}
 
 static double eval_loss(strata_trainer_t *t)
 {

@@ -1,7 +1,8 @@
 /* Communication terms of the planner against hand-computed cases: the ZeRO stage volumes, the
- * tensor-parallel volume per layer, the group-to-link reduction over the fabric tree (aggregation
- * over rails, sharing of uplinks, oversubscription) and that every term goes through the shared
- * network model. */
+ * tensor-parallel volume and price per layer (the algorithm the communicator would choose, by
+ * hand), and that the mapping order moves groups across levels. Shapes of strided groups and the
+ * prices themselves are tested in test_price.c; that the planner and the communicator agree, in
+ * test_price_agree.c. */
 #include "harness/st_test.h"
 #include "plan/plan_internal.h"
 
@@ -56,13 +57,13 @@ static void test_tp_volume_and_cost(void **state)
     // 2 backward), in bytes.
     const double X = 2048.0 * 1024 * 2;
     assert_true(fabs(lc.tp_bytes - 8 * 2048.0 * 1024 * 7 / 8 * 2) < 1e-6);
-    // Each forward all-reduce costs what the network model says on the host's NVLink.
+    // Each forward all-reduce costs what the communicator of 8 ranks on one host's NVLink would
+    // pay: halving-doubling (8 is a power of two, so it beats the ring's 14 latencies with 6),
+    // 2 log2(8) alpha + 2 (7/8) X beta + (7/8) X gamma.
     strata_net_eff_t ne = st_plan_net_eff(&pb);
-    strata_link_t nv = {.alpha_s = 3e-6,
-                        .beta_s_per_b = 1 / (300e9 * pb.calib.eta_up),
-                        .gamma_s_per_b = ne.gamma_s_per_b};
-    double ar = strata_netmodel_cost(STRATA_COLL_ALLREDUCE, STRATA_ALGO_RING, 8, X, &nv);
-    assert_true(fabs(lc.tp_fwd_s - 2 * ar) < 1e-12);
+    const double a = 3e-6, b = 1 / (300e9 * pb.calib.eta_up), g = ne.gamma_s_per_b;
+    double ar = 6 * a + 2 * 7.0 / 8 * X * b + 7.0 / 8 * X * g;
+    assert_true(fabs(lc.tp_fwd_s / (2 * ar) - 1) < 1e-12);
     assert_int_equal(lc.tp_level, 1);
     // Full recomputation runs the forward's all-reduces again.
     pb.train.recompute = STRATA_RECOMPUTE_FULL;
@@ -73,52 +74,6 @@ static void test_tp_volume_and_cost(void **state)
     pb.train.recompute = STRATA_RECOMPUTE_NONE;
     assert_int_equal(st_plan_layer_cost(&pb, &par, &lc), STRATA_OK);
     assert_true(fabs(lc.tp_bytes - 8 * 2048.0 * 1024 * 7 / 8 * 2) < 1e-6);
-}
-
-static void test_group_links(void **state)
-{
-    (void)state;
-    strata_topo_t t;
-    assert_int_equal(strata_topo_preset("h100-roce-24k", &t), STRATA_OK);
-    strata_net_eff_t e = {.eff = {1, 1}, .gamma_s_per_b = 0};
-    strata_link_t l;
-    int top;
-    // 8 ranks in one host: NVLink per GPU.
-    strata_group_t g = {1, {{8, 1}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top), STRATA_OK);
-    assert_int_equal(top, 1);
-    assert_true(fabs(1 / l.beta_s_per_b - 450e9) < 1);
-    // One rank per host (stride 8), 2 hosts in a rack: each group has one NIC's worth.
-    g = (strata_group_t){1, {{2, 8}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top), STRATA_OK);
-    assert_int_equal(top, 2);
-    assert_true(fabs(1 / l.beta_s_per_b - 50e9) < 1);
-    // 16 contiguous ranks over 2 hosts: 8 members per host drive 8 rails at once.
-    g = (strata_group_t){1, {{16, 1}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top), STRATA_OK);
-    assert_true(fabs(1 / l.beta_s_per_b - 400e9) < 1);
-    assert_true(fabs(l.alpha_s - 4e-6) < 1e-12);
-    // ... but a point-to-point flow uses one rail.
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, false, &l, &top), STRATA_OK);
-    assert_true(fabs(1 / l.beta_s_per_b - 50e9) < 1);
-    // One rank per zone (stride 3072) across 8 zones: the 1:7 aggregation layer.
-    g = (strata_group_t){1, {{8, 3072}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top), STRATA_OK);
-    assert_int_equal(top, 4);
-    assert_true(fabs(1 / l.beta_s_per_b - 50e9 / 7) < 1);
-    assert_true(fabs(l.alpha_s - 9e-6) < 1e-12);
-    // Two dimensions: 2 members inside a host (stride 4) x 4 hosts (stride 8): 2 rails per host.
-    g = (strata_group_t){2, {{2, 4}, {4, 8}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top), STRATA_OK);
-    assert_true(fabs(1 / l.beta_s_per_b - 100e9) < 1);
-    assert_int_equal(strata_group_size(&g), 8);
-    // A group larger than the cluster is an error.
-    g = (strata_group_t){1, {{2, 24576}}};
-    assert_int_equal(strata_netmodel_group_link(&t, &g, &e, true, &l, &top),
-                     STRATA_ERR_INVALID_ARG);
-    // p2p is alpha + bytes * beta.
-    strata_link_t k = {.alpha_s = 1e-6, .beta_s_per_b = 1e-9};
-    assert_true(fabs(strata_netmodel_p2p(1000, &k) - 2e-6) < 1e-15);
 }
 
 static void test_mapping_order_changes_levels(void **state)
@@ -147,7 +102,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_volumes),
         cmocka_unit_test(test_tp_volume_and_cost),
-        cmocka_unit_test(test_group_links),
         cmocka_unit_test(test_mapping_order_changes_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

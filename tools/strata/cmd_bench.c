@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
-#include "comm/algo/reduce_op.h"
+#include <time.h>
+
 #include "strata/cmd.h"
 #include "strata/strata.h"
 
@@ -92,7 +92,7 @@ static void usage(FILE *f)
             "example: strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4\n");
 }
 
-static int usage_error(const char *fmt, ...) ST_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;
@@ -136,7 +136,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         const char *v = argv[++i];
         long long n;
         if (!strcmp(a, "-b") || !strcmp(a, "-e")) {
-            if (!st_parse_size(v, &n))
+            if (!strata_parse_size(v, &n))
                 return usage_error("%s wants a size such as 8, 64K or 256M, got '%s'", a, v);
             *(a[1] == 'b' ? &o->min_bytes : &o->max_bytes) = n;
         } else if (!strcmp(a, "--sizes")) {
@@ -146,7 +146,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
             o->nsizes = 0;
             for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
                  tok = strtok_r(NULL, ",", &save)) {
-                if (o->nsizes == BENCH_MAX_SIZES || !st_parse_size(tok, &n)) {
+                if (o->nsizes == BENCH_MAX_SIZES || !strata_parse_size(tok, &n)) {
                     free(copy);
                     return usage_error("--sizes wants up to %d sizes such as 8,64K,1M, got '%s'",
                                        BENCH_MAX_SIZES, v);
@@ -377,17 +377,17 @@ static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *s
     case STRATA_COLL_REDUCE:
     case STRATA_COLL_REDUCE_SCATTER:
         for (size_t i = 0; i < sh->send_count; i++)
-            st_dtype_store(dt, send, i, red_value(f, rank, i));
+            strata_dtype_set(dt, send, i, red_value(f, rank, i));
         break;
     case STRATA_COLL_BCAST:
         if (rank == o->root)
             for (size_t k = 0; k < sh->recv_count; k++)
-                st_dtype_store(dt, recv, k, data_value(rank, 0, k));
+                strata_dtype_set(dt, recv, k, data_value(rank, 0, k));
         break;
     case STRATA_COLL_ALLGATHER:
     case STRATA_COLL_GATHER:
         for (size_t k = 0; k < sh->send_count; k++)
-            st_dtype_store(dt, send, k, data_value(rank, 0, k));
+            strata_dtype_set(dt, send, k, data_value(rank, 0, k));
         break;
     case STRATA_COLL_ALLTOALL:
     case STRATA_COLL_SCATTER:
@@ -395,7 +395,7 @@ static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *s
             break;
         for (int j = 0; j < nranks; j++)
             for (size_t k = 0; k < sh->param; k++)
-                st_dtype_store(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
+                strata_dtype_set(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
         break;
     default:
         break;
@@ -414,16 +414,16 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
         if (o->coll == STRATA_COLL_REDUCE && rank != o->root)
             break;
         for (size_t i = 0; i < sh->recv_count; i++)
-            wrong += !close_enough(f, st_dtype_load(dt, recv, i), red_expect(f, i));
+            wrong += !close_enough(f, strata_dtype_get(dt, recv, i), red_expect(f, i));
         break;
     case STRATA_COLL_REDUCE_SCATTER:
         for (size_t k = 0; k < sh->recv_count; k++)
             wrong +=
-                !close_enough(f, st_dtype_load(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
+                !close_enough(f, strata_dtype_get(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
         break;
     case STRATA_COLL_BCAST:
         for (size_t k = 0; k < sh->recv_count; k++)
-            wrong += st_dtype_load(dt, recv, k) != data_value(o->root, 0, k);
+            wrong += strata_dtype_get(dt, recv, k) != data_value(o->root, 0, k);
         break;
     case STRATA_COLL_ALLGATHER:
     case STRATA_COLL_GATHER:
@@ -431,16 +431,16 @@ static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t 
             break;
         for (int j = 0; j < nranks; j++)
             for (size_t k = 0; k < sh->param; k++)
-                wrong += st_dtype_load(dt, recv, (size_t)j * sh->param + k) != data_value(j, 0, k);
+                wrong += strata_dtype_get(dt, recv, (size_t)j * sh->param + k) != data_value(j, 0, k);
         break;
     case STRATA_COLL_ALLTOALL:
         for (int i = 0; i < nranks; i++)
             for (size_t k = 0; k < sh->param; k++)
-                wrong += st_dtype_load(dt, recv, (size_t)i * sh->param + k) != data_value(i, rank, k);
+                wrong += strata_dtype_get(dt, recv, (size_t)i * sh->param + k) != data_value(i, rank, k);
         break;
     case STRATA_COLL_SCATTER:
         for (size_t k = 0; k < sh->param; k++)
-            wrong += st_dtype_load(dt, recv, k) != data_value(o->root, rank, k);
+            wrong += strata_dtype_get(dt, recv, k) != data_value(o->root, rank, k);
         break;
     default:
         break;
@@ -542,6 +542,21 @@ static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
     fflush(stdout);
 }
 
+/* Returns the status of `expr` from the calling function when it fails. */
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        strata_status_t rc_ = (expr);                                                              \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* Times one shape. On an API failure returns the status with *what naming the step. */
 static strata_status_t bench_size(strata_comm_t *comm, const bench_opts_t *o, const fill_t *f,
                                   const shape_t *sh, void *send, void *recv, result_t *res,
@@ -554,19 +569,19 @@ static strata_status_t bench_size(strata_comm_t *comm, const bench_opts_t *o, co
     // The barrier that starts the timing runs once before too, so its first-use costs (code
     // paths and pages touched for the first time) do not land in the timed calls.
     *what = "barrier before warm-up";
-    ST_TRY(strata_barrier(comm));
+    TRY(strata_barrier(comm));
     *what = strata_coll_name(o->coll);
     for (int i = 0; i < o->warmup; i++)
-        ST_TRY(run_once(comm, o, sh, send, recv));
+        TRY(run_once(comm, o, sh, send, recv));
     *what = "barrier before timing";
-    ST_TRY(strata_barrier(comm));
+    TRY(strata_barrier(comm));
     *what = strata_coll_name(o->coll);
-    uint64_t t0 = st_now_ns();
+    uint64_t t0 = now_ns();
     for (int i = 0; i < o->iters; i++)
-        ST_TRY(run_once(comm, o, sh, send, recv));
-    double mine = (double)(st_now_ns() - t0) / 1e3 / o->iters, slowest = 0;
+        TRY(run_once(comm, o, sh, send, recv));
+    double mine = (double)(now_ns() - t0) / 1e3 / o->iters, slowest = 0;
     *what = "allreduce of the times";
-    ST_TRY(strata_allreduce(comm, &mine, &slowest, 1, STRATA_DTYPE_F64, STRATA_OP_MAX));
+    TRY(strata_allreduce(comm, &mine, &slowest, 1, STRATA_DTYPE_F64, STRATA_OP_MAX));
 
     res->time_us = slowest;
     res->bytes = sh->total * esize;
@@ -577,10 +592,10 @@ static strata_status_t bench_size(strata_comm_t *comm, const bench_opts_t *o, co
     if (o->check && o->coll != STRATA_COLL_BARRIER) {
         fill_inputs(o, f, sh, rank, nranks, send, recv, esize);
         *what = strata_coll_name(o->coll);
-        ST_TRY(run_once(comm, o, sh, send, recv));
+        TRY(run_once(comm, o, sh, send, recv));
         int32_t ok = count_wrong(o, f, sh, rank, nranks, recv) == 0, all = 0;
         *what = "allreduce of the check";
-        ST_TRY(strata_allreduce(comm, &ok, &all, 1, STRATA_DTYPE_I32, STRATA_OP_MIN));
+        TRY(strata_allreduce(comm, &ok, &all, 1, STRATA_DTYPE_I32, STRATA_OP_MIN));
         res->correct = all != 0;
     }
     return STRATA_OK;
@@ -649,8 +664,8 @@ int cmd_bench(int argc, char **argv)
     size_t esize = strata_dtype_size(o.dtype), max_send = 0, max_recv = 0;
     for (int i = 0; i < nsizes; i++) {
         shape_t sh = shape_for(o.coll, (size_t)sizes[i], esize, nranks);
-        max_send = ST_MAX(max_send, sh.send_count * esize);
-        max_recv = ST_MAX(max_recv, sh.recv_count * esize);
+        max_send = sh.send_count * esize > max_send ? sh.send_count * esize : max_send;
+        max_recv = sh.recv_count * esize > max_recv ? sh.recv_count * esize : max_recv;
     }
     void *send = bench_alloc(comm, &o, max_send), *recv = bench_alloc(comm, &o, max_recv);
     if (!send || !recv) {

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
 #include "strata/cmd.h"
 #include "strata/launch.h"
 
@@ -49,7 +48,7 @@ static void usage(FILE *f)
         STRATA_LAUNCH_MAX_RANKS);
 }
 
-static int usage_error(const char *fmt, ...) ST_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     va_list ap;

@@ -1,14 +1,12 @@
 /* `strata store`: serves a standalone bootstrap store (the job's rendezvous and failure detector)
  * until SIGINT or SIGTERM, for jobs whose ranks run with STRATA_STORE_EXTERNAL=1. It prints the
  * bound address on stdout first ("strata store listening on 0.0.0.0:29500"), so a script can start
- * it with port 0 and read the port back. The store itself is src/comm/bootstrap/store_server.c. */
+ * it with port 0 and read the port back. The store itself is the library's (strata_store_server_*). */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "base/base.h"
-#include "comm/bootstrap/store.h"
 #include "strata/cmd.h"
 #include "strata/strata.h"
 
@@ -85,13 +83,13 @@ int cmd_store(int argc, char **argv)
             return usage_error("unknown argument '%s'", argv[i]);
     }
     if (!secret)
-        secret = st_knob_str("STRATA_SECRET");
+        secret = strata_knob_value("STRATA_SECRET");
     if (!*secret)
         fprintf(stderr, "strata store: warning: no secret (--secret or STRATA_SECRET); any client "
                         "that reaches the port may join\n");
 
-    st_store_server_t *srv = NULL;
-    if (st_store_server_open(addr, secret, &srv) != STRATA_OK)
+    strata_store_server_t *srv = NULL;
+    if (strata_store_server_open(addr, secret, &srv) != STRATA_OK)
         return cmd_fail("--addr takes HOST:PORT, e.g. 0.0.0.0:29500", "%s", strata_last_error());
 
     // Handlers without SA_RESTART, so a signal cuts the poll short.
@@ -104,23 +102,23 @@ int cmd_store(int argc, char **argv)
     const char *colon = strrchr(addr, ':');
     int host_len = (int)(colon - addr);
     printf("strata store listening on %.*s:%d\n", host_len ? host_len : 7,
-           host_len ? addr : "0.0.0.0", st_store_server_port(srv));
+           host_len ? addr : "0.0.0.0", strata_store_server_port(srv));
     fflush(stdout);
 
     int rc = 0;
     while (!stop_signal) {
-        if (st_store_server_poll(srv, POLL_MS) != STRATA_OK) {
+        if (strata_store_server_poll(srv, POLL_MS) != STRATA_OK) {
             rc = cmd_fail(NULL, "%s", strata_last_error());
             break;
         }
     }
-    st_store_server_stats_t stats;
-    st_store_server_stats(srv, &stats);
+    strata_store_stats_t stats;
+    strata_store_server_stats(srv, &stats);
     if (stop_signal)
         fprintf(stderr,
                 "strata store: %s: stopping with %d client(s) connected, %d key(s), %d "
                 "failure notice(s)\n",
                 strsignal(stop_signal), stats.clients, stats.keys, stats.notices);
-    st_store_server_close(srv, 0);
+    strata_store_server_close(srv);
     return rc;
 }

@@ -5,7 +5,7 @@
  * blocks, reduce_scatter is reduce_scatterv, alltoall is alltoallv, and one implementation serves
  * both. Algorithms are listed in registry.c with a name and a description; an algorithm may
  * decline a call it cannot serve (supports() false, e.g. recursive doubling on uneven blocks) and
- * select.c then takes the cheapest remaining one by the network cost model.
+ * select.c then takes the cheapest remaining one by the price (strata/price.h).
  */
 #ifndef ST_ALGO_H
 #define ST_ALGO_H
@@ -14,20 +14,22 @@
 #include <stddef.h>
 
 #include "comm/algo/sched.h"
-#include "strata/netmodel.h"
+#include "strata/price.h"
 
-/* A communicator's place on the fabric (comm/topo.c), with the cost model's verdicts memoised per
- * collective, plan and power-of-two size. */
+/* The price of this communicator's group (strata/price.h), computed on first use: its shape on
+ * the fabric and, per collective, every algorithm's lines. Zeroed, it is unknown. */
 typedef struct st_topo_memo {
-    double cost;
-    strata_pipeline_t pipe;
-    bool known;
+    bool shaped;
+    unsigned known; /* collectives whose table is filled */
+    strata_price_shape_t shape;
+    strata_price_table_t table[STRATA_COLL_COUNT];
 } st_topo_memo_t;
 
+/* A communicator's place on the fabric (comm/topo.c) and its memoised price. */
 typedef struct st_topo {
     strata_fabric_t fabric;
     bool multi; /* some level splits the communicator: topology-aware plans differ from flat ones */
-    st_topo_memo_t memo[5][STRATA_PLAN_KIND_COUNT][64]; /* [coll][plan][log2 bytes] */
+    st_topo_memo_t memo[1]; /* cleared with the rest when the fabric changes (comm/topo.c) */
 } st_topo_t;
 
 typedef struct st_coll_args {
@@ -57,11 +59,9 @@ typedef struct st_algo {
     const char *name;
     const char *desc;
     strata_coll_t coll;
-    strata_algo_t model;  /* its cost in the flat network model */
+    strata_algo_t model;  /* how the price knows it (strata/price.h); unique per collective */
     bool (*supports)(const st_coll_args_t *a); /* NULL: serves every call */
     strata_status_t (*build)(st_sched_t *s, const st_coll_args_t *a);
-    int plan; /* 1 + strata_plan_kind_t of the same traffic, priced on a fabric (0: flat only;
-                 binomial trees are priced rooted at rank 0) */
 } st_algo_t;
 
 /* The registry (registry.c): all algorithms, grouped by collective. */
@@ -69,11 +69,13 @@ extern const st_algo_t *const st_algos[];
 extern const int st_nalgos;
 
 /* Picks the algorithm for a call: STRATA_COMM_ALGO if it names one that supports the call, else the
- * supported algorithm with the lowest modelled cost on `link`. Never NULL for a valid call. */
+ * cheapest supported one by the price of the communicator's group (its fabric, else `link` for
+ * every pair), chosen by strata_price_table_choose as the planner's prediction is; sets a->pipe.
+ * Never NULL for a valid call. */
 const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link);
 
-/* The modelled seconds of `al` for the call (negative: it cannot be priced), and the pipeline its
- * plan would run with. */
+/* The price in seconds of `al` for the call (negative: it cannot be priced here), and the pipeline
+ * it would run with. */
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
                     const strata_link_t *link, strata_pipeline_t *pipe);
 

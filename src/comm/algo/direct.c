@@ -173,10 +173,10 @@ static strata_status_t allgather_direct(st_sched_t *s, const st_coll_args_t *a)
 const st_algo_t st_algo_allreduce_direct = {
     "direct", "one host: each rank reduces its block straight from its peers' buffers and writes "
     "the result into theirs (one copy per byte)",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_DIRECT, supports, allreduce_direct, 0};
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_DIRECT, supports, allreduce_direct};
 const st_algo_t st_algo_reduce_scatter_direct = {
     "direct", "one host: each rank reduces its block straight from its peers' buffers",
-    STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_DIRECT, supports, reduce_scatter_direct, 0};
+    STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_DIRECT, supports, reduce_scatter_direct};
 const st_algo_t st_algo_allgather_direct = {
     "direct", "one host: each rank writes its block straight into its peers' buffers",
-    STRATA_COLL_ALLGATHER, STRATA_ALGO_DIRECT, supports, allgather_direct, 0};
+    STRATA_COLL_ALLGATHER, STRATA_ALGO_DIRECT, supports, allgather_direct};

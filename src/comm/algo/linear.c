@@ -119,16 +119,16 @@ static strata_status_t barrier_dissemination(st_sched_t *s, const st_coll_args_t
 
 const st_algo_t st_algo_gather_linear = {
     "linear", "every rank sends its block to the root at once", STRATA_COLL_GATHER,
-    STRATA_ALGO_LINEAR, NULL, gather_linear, 0};
+    STRATA_ALGO_LINEAR, NULL, gather_linear};
 const st_algo_t st_algo_scatter_linear = {
     "linear", "the root sends every block at once", STRATA_COLL_SCATTER, STRATA_ALGO_LINEAR, NULL,
-    scatter_linear, 0};
+    scatter_linear};
 const st_algo_t st_algo_alltoall_pairwise = {
     "pairwise", "n-1 rounds of one-in one-out exchanges; for large blocks", STRATA_COLL_ALLTOALL,
-    STRATA_ALGO_PAIRWISE, NULL, alltoall_pairwise, 0};
+    STRATA_ALGO_PAIRWISE, NULL, alltoall_pairwise};
 const st_algo_t st_algo_alltoall_linear = {
     "linear", "all messages at once; for small blocks", STRATA_COLL_ALLTOALL, STRATA_ALGO_LINEAR,
-    NULL, alltoall_linear, 0};
+    NULL, alltoall_linear};
 const st_algo_t st_algo_barrier_dissemination = {
     "dissemination", "ceil(log2 n) rounds of signals", STRATA_COLL_BARRIER,
-    STRATA_ALGO_DISSEMINATION, NULL, barrier_dissemination, 0};
+    STRATA_ALGO_DISSEMINATION, NULL, barrier_dissemination};

@@ -173,21 +173,18 @@ const st_algo_t st_algo_allreduce_rd = {
     STRATA_COLL_ALLREDUCE,
     STRATA_ALGO_RECURSIVE_DOUBLING,
     NULL,
-    allreduce_rd,
-    1 + STRATA_PLAN_RECURSIVE_DOUBLING};
+    allreduce_rd};
 const st_algo_t st_algo_allreduce_rhd = {
     "halving_doubling",
     "Rabenseifner: recursive-halving reduce-scatter + doubling allgather",
     STRATA_COLL_ALLREDUCE,
     STRATA_ALGO_HALVING_DOUBLING,
     NULL,
-    allreduce_rhd,
-    1 + STRATA_PLAN_HALVING_DOUBLING};
+    allreduce_rhd};
 const st_algo_t st_algo_allgather_bruck = {
     "bruck",
     "Bruck allgather: ceil(log2 n) rounds for any n; equal blocks only",
     STRATA_COLL_ALLGATHER,
     STRATA_ALGO_RECURSIVE_DOUBLING,
     uniform_only,
-    allgather_bruck,
-    0};
+    allgather_bruck};

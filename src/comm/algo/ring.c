@@ -119,10 +119,10 @@ static strata_status_t allgather_ring(st_sched_t *s, const st_coll_args_t *a)
 
 const st_algo_t st_algo_allreduce_ring = {
     "ring", "reduce-scatter then allgather around a ring; bandwidth-optimal for large messages",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_RING, NULL, allreduce_ring, 1 + STRATA_PLAN_RING};
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_RING, NULL, allreduce_ring};
 const st_algo_t st_algo_reduce_scatter_ring = {
     "ring", "ring reduce-scatter, any block sizes", STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_RING,
-    NULL, reduce_scatter_ring, 1 + STRATA_PLAN_RING};
+    NULL, reduce_scatter_ring};
 const st_algo_t st_algo_allgather_ring = {
     "ring", "ring allgather, any block sizes and displacements", STRATA_COLL_ALLGATHER,
-    STRATA_ALGO_RING, NULL, allgather_ring, 1 + STRATA_PLAN_RING};
+    STRATA_ALGO_RING, NULL, allgather_ring};

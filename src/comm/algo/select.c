@@ -1,7 +1,8 @@
-/* Algorithm selection: the STRATA_COMM_ALGO override, else the lowest cost in the network model.
- * STRATA_COMM_ALGO is a comma list of coll:algo pairs ("allreduce:ring,bcast:binomial").
- * When the communicator spans several units of its fabric, algorithms with a transfer plan are
- * priced on the fabric (flows sharing links) and the others on the flat link. */
+/* Algorithm selection: the STRATA_COMM_ALGO override, else the cheapest algorithm that can serve
+ * the call by the price of the communicator's group (strata/price.h), chosen by the same function
+ * that gives the planner its prediction. STRATA_COMM_ALGO is a comma list of coll:algo pairs
+ * ("allreduce:ring,bcast:binomial"). The group's shape and price lines are computed on first use
+ * and kept with the communicator (st_topo_t), so a call evaluates a few lines. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,76 +60,84 @@ static const st_algo_t *forced(const st_coll_args_t *a)
     return NULL;
 }
 
-/* Modelled seconds of plan `kind` for `coll` of `bytes` on the communicator's fabric, and the
- * pipeline it should run with (negative when the plan does not serve the collective); memoised
- * per collective, plan and power-of-two size. */
-static double topo_cost(st_topo_t *t, strata_coll_t coll, strata_plan_kind_t kind, size_t bytes,
-                        size_t esize, strata_pipeline_t *pipe)
+/* The registry entry of each collective's algorithm as the price names it (unique per collective,
+ * tests/unit/test_price.c checks the registry against strata_price_serves). */
+static const st_algo_t *by_model[STRATA_COLL_COUNT][STRATA_ALGO_COUNT];
+static pthread_once_t by_model_once = PTHREAD_ONCE_INIT;
+
+static void index_registry(void)
 {
-    int ci = coll == STRATA_COLL_ALLREDUCE        ? 0
-             : coll == STRATA_COLL_REDUCE_SCATTER ? 1
-             : coll == STRATA_COLL_ALLGATHER      ? 2
-             : coll == STRATA_COLL_BCAST          ? 3
-             : coll == STRATA_COLL_REDUCE         ? 4
-                                                  : -1;
-    if (ci < 0 || kind < 0 || kind >= STRATA_PLAN_KIND_COUNT)
-        return -1;
-    int bucket = 0;
-    while (bucket < 63 && (2ull << bucket) <= bytes)
-        bucket++;
-    st_topo_memo_t *m = &t->memo[ci][kind][bucket];
-    if (!m->known) {
-        m->pipe = (strata_pipeline_t){1, 1};
-        m->cost =
-            strata_netmodel_fabric_cost(&t->fabric, coll, kind, (double)bytes, esize, &m->pipe);
-        m->known = true;
+    for (int i = 0; i < st_nalgos; i++)
+        by_model[st_algos[i]->coll][st_algos[i]->model] = st_algos[i];
+}
+
+/* The price table of the call's collective: memoised with the communicator's place on the fabric,
+ * or, while a communicator is being created and knows no fabric yet, for n ranks on `link`. */
+static const strata_price_table_t *table_for(const st_coll_args_t *a, const strata_link_t *link,
+                                             strata_price_table_t *scratch)
+{
+    st_topo_t *t = a->topo;
+    if (!t || t->fabric.nranks != a->nranks) {
+        strata_price_shape_t flat;
+        strata_price_shape_flat(a->nranks, link, &flat);
+        strata_price_table(&flat, a->coll, scratch);
+        return scratch;
     }
-    *pipe = m->pipe;
-    return m->cost;
+    st_topo_memo_t *m = t->memo;
+    if (!m->shaped) {
+        // The communicator prices with full link efficiency and its own reduction speed.
+        const strata_net_eff_t eff = {{1.0, 1.0}, link->gamma_s_per_b};
+        if (strata_price_shape_fabric(&t->fabric, &eff, &m->shape) < 0) {
+            ST_LOG_WARN(ST_SUB_COMM, "pricing on one link: %s", strata_last_error());
+            strata_price_shape_flat(a->nranks, link, &m->shape);
+        }
+        m->shaped = true;
+    }
+    if (!(m->known & (1u << a->coll))) {
+        strata_price_table(&m->shape, a->coll, &m->table[a->coll]);
+        m->known |= 1u << a->coll;
+    }
+    return &m->table[a->coll];
 }
 
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
                     const strata_link_t *link, strata_pipeline_t *pipe)
 {
     *pipe = (strata_pipeline_t){1, 1};
-    bool on_fabric = a->topo && a->topo->multi;
-    if (al->plan && on_fabric)
-        return topo_cost(a->topo, a->coll, (strata_plan_kind_t)(al->plan - 1), bytes, a->esize,
-                         pipe);
-    if (al->plan == 1 + STRATA_PLAN_RING_TREE || al->plan == 1 + STRATA_PLAN_HIER)
-        return -1; // a topology plan on a flat communicator is a plain ring
     // Through cross-memory attach (buffers from malloc) every copy pins the peer's 4 KiB pages, and
     // the direct path only matches the rings (docs/comm.md); it is priced for strata_mem_alloc
     // memory only, where it is twice as fast. STRATA_COMM_ALGO can still force it.
     if (al->model == STRATA_ALGO_DIRECT && !a->registered)
         return -1;
-
-    return strata_netmodel_cost(a->coll, al->model, a->nranks, (double)bytes, link);
+    strata_price_table_t scratch;
+    strata_price_line_t line;
+    double c = strata_price_table_algo(table_for(a, link, &scratch), al->model, (double)bytes, &line);
+    if (c >= 0)
+        *pipe = line.pipe;
+    return c;
 }
 
 const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link)
 {
     const st_algo_t *f = forced(a);
     if (f) {
-        if (f->plan && st_algo_cost(f, a, bytes, link, &a->pipe) < 0)
+        if (st_algo_cost(f, a, bytes, link, &a->pipe) < 0)
             a->pipe = (strata_pipeline_t){1, 1};
         return f;
     }
-    const st_algo_t *best = NULL;
-    double best_cost = 0;
+    pthread_once(&by_model_once, index_registry);
+    unsigned offer = 0; // the algorithms that can serve this call
     for (int i = 0; i < st_nalgos; i++) {
         const st_algo_t *al = st_algos[i];
-        if (al->coll != a->coll || (al->supports && !al->supports(a)))
-            continue;
-        strata_pipeline_t pipe;
-        double c = st_algo_cost(al, a, bytes, link, &pipe);
-        if (c < 0)
-            continue;
-        if (!best || c < best_cost) {
-            best = al;
-            best_cost = c;
-            a->pipe = pipe;
-        }
+        if (al->coll == a->coll && (!al->supports || al->supports(a)) &&
+            (al->model != STRATA_ALGO_DIRECT || a->registered))
+            offer |= STRATA_PRICE_OFFER(al->model);
     }
-    return best;
+    strata_price_table_t scratch;
+    strata_price_t p;
+    if (strata_price_table_choose(table_for(a, link, &scratch), (double)bytes, offer, &p) < 0 ||
+        p.algo == STRATA_ALGO_COUNT)
+        return NULL;
+    a->pipe = p.pipe;
+    return by_model[a->coll][p.algo];
 }

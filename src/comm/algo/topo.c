@@ -1,8 +1,9 @@
 /* Topology-aware algorithms: allreduce, reduce-scatter and allgather executed from a transfer plan
  * (netmodel.h, src/netmodel/xfer_plan.c) on the communicator's fabric: a ring in tree order, and
- * the hierarchical, pipelined plan. The plan is the single description of the traffic: the cost
- * model prices it, this file turns this rank's share of it into a schedule, one round per slot,
- * the slot number as the message tag.
+ * the hierarchical, pipelined plan. The plan is the single description of the traffic: the
+ * flow-level simulation runs it (the reference the price is checked against), this file turns
+ * this rank's share of it into a schedule, one round per slot, the slot number as the message
+ * tag. The pipeline (a->pipe) is the one the price chose.
  *
  * Data stays in one working vector per rank: the receive buffer (allreduce, allgather) or a
  * scratch copy of the send buffer (reduce-scatter, whose result block is copied out at the end).
@@ -182,18 +183,16 @@ static strata_status_t build_hier(st_sched_t *s, const st_coll_args_t *a)
         "ring_tree",                                                                      \
         "ring in fabric order: each rack/host contiguous, every uplink crossed twice",    \
         coll,                                                                             \
-        STRATA_ALGO_RING,                                                                 \
+        STRATA_ALGO_RING_TREE,                                                            \
         has_topo,                                                                         \
-        build_ring_tree,                                                                  \
-        1 + STRATA_PLAN_RING_TREE};                                                       \
+        build_ring_tree};                                                                 \
     const st_algo_t st_algo_##cname##_hier = {                                            \
         "hier",                                                                           \
         "hierarchical: reduce-scatter in each level, recurse across the next, pipelined", \
         coll,                                                                             \
-        STRATA_ALGO_RING,                                                                 \
+        STRATA_ALGO_HIER,                                                                 \
         has_topo,                                                                         \
-        build_hier,                                                                       \
-        1 + STRATA_PLAN_HIER};
+        build_hier};
 
 TOPO_ALGOS(STRATA_COLL_ALLREDUCE, allreduce)
 TOPO_ALGOS(STRATA_COLL_REDUCE_SCATTER, reduce_scatter)

@@ -108,28 +108,24 @@ const st_algo_t st_algo_bcast_binomial = {"binomial",
                                           STRATA_COLL_BCAST,
                                           STRATA_ALGO_BINOMIAL,
                                           NULL,
-                                          bcast_binomial,
-                                          1 + STRATA_PLAN_BINOMIAL};
+                                          bcast_binomial};
 const st_algo_t st_algo_bcast_scatter_allgather = {
     "scatter_allgather",
     "root scatters blocks, ring allgather; for large messages",
     STRATA_COLL_BCAST,
     STRATA_ALGO_SCATTER_ALLGATHER,
     NULL,
-    bcast_scatter_allgather,
-    0};
+    bcast_scatter_allgather};
 const st_algo_t st_algo_reduce_binomial = {"binomial",
                                            "binomial tree towards the root; log2(n) latency",
                                            STRATA_COLL_REDUCE,
                                            STRATA_ALGO_BINOMIAL,
                                            NULL,
-                                           reduce_binomial,
-                                           1 + STRATA_PLAN_BINOMIAL};
+                                           reduce_binomial};
 const st_algo_t st_algo_reduce_rs_gather = {
     "reduce_scatter_gather",
     "ring reduce-scatter, then gather to the root; for large messages",
     STRATA_COLL_REDUCE,
     STRATA_ALGO_REDUCE_SCATTER_GATHER,
     NULL,
-    reduce_rs_gather,
-    0};
+    reduce_rs_gather};

@@ -21,9 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strata/comm.h"
 #include "strata/status.h"
 
-typedef struct st_store_server st_store_server_t;
+typedef struct strata_store_server st_store_server_t; /* strata_store_server_t in comm.h */
 typedef struct st_store st_store_t;
 
 /* ---- server ------------------------------------------------------------------------------------ */
@@ -61,13 +62,7 @@ void st_store_server_close(st_store_server_t *srv, int linger_ms);
 
 /* A snapshot of the server's counters, safe to take from any thread while the server thread runs
  * (for tests, and for tools that report on a store). */
-typedef struct st_store_server_stats {
-    int clients;    /* open connections, including those that have not said HELLO yet */
-    int live_ranks; /* ranked clients connected and not yet said goodbye */
-    int waiting;    /* GET/WAIT requests parked until their keys are set */
-    int keys;       /* keys holding a value */
-    int notices;    /* failure and abort notices issued so far */
-} st_store_server_stats_t;
+typedef strata_store_stats_t st_store_server_stats_t; /* comm.h */
 
 void st_store_server_stats(const st_store_server_t *srv, st_store_server_stats_t *out);
 

@@ -94,7 +94,7 @@ typedef struct notice {
     char *text;
 } notice_t;
 
-struct st_store_server {
+struct strata_store_server {
     int listen_fd;
     int port;
     char *secret;

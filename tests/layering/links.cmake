@@ -1,0 +1,45 @@
+cmake_minimum_required(VERSION 3.25) # IN_LIST and today's if() rules in script mode
+# For every part: the symbols its archive needs that a part of strata defines must come from the
+# part itself or from the parts it may use (USES_<part>, itself included). Arguments: NM, PARTS and
+# per part LIB_<part> (its archive) and USES_<part>, comma-separated.
+string(REPLACE "," ";" PARTS "${PARTS}")
+
+function(symbols archive kind out)
+  execute_process(COMMAND ${NM} -g ${kind} ${archive} OUTPUT_VARIABLE text RESULT_VARIABLE rc
+                  ERROR_QUIET)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} ${kind} ${archive} failed")
+  endif()
+  string(REGEX MATCHALL "[ \t][A-Za-z][ \t]+[A-Za-z_][A-Za-z0-9_.]*\n" lines "${text}")
+  set(names "")
+  foreach(l ${lines})
+    string(REGEX REPLACE "^[ \t][A-Za-z][ \t]+([A-Za-z_][A-Za-z0-9_.]*)\n$" "\\1" name "${l}")
+    list(APPEND names ${name})
+  endforeach()
+  list(REMOVE_DUPLICATES names)
+  set(${out} "${names}" PARENT_SCOPE)
+endfunction()
+
+foreach(p ${PARTS})
+  symbols(${LIB_${p}} --defined-only def_${p})
+  foreach(s ${def_${p}})
+    set(owner_${s} ${p})
+  endforeach()
+endforeach()
+
+set(bad "")
+foreach(p ${PARTS})
+  string(REPLACE "," ";" uses "${USES_${p}}")
+  symbols(${LIB_${p}} --undefined-only need)
+  foreach(s ${need})
+    if(DEFINED owner_${s} AND NOT owner_${s} IN_LIST uses)
+      list(APPEND bad "${p} calls ${s} of ${owner_${s}}")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  string(REPLACE ";" "\n" bad "${bad}")
+  message(FATAL_ERROR "parts calling parts they may not use:\n${bad}")
+endif()
+list(LENGTH PARTS n)
+message(STATUS "${n} parts: each calls only itself and the parts below it")
