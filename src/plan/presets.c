@@ -161,13 +161,13 @@ strata_calib_t strata_calib_default(void)
     // GB/s per 8-rail node), overlap_cost (typical slowdown of kernels sharing the GPU with NCCL),
     // straggler_cv (spread of accelerator speeds in a cluster), ecmp_subflows (hashed sub-flows
     // per connection), mem_frag (allocator slack). docs/plan.md explains each.
-    return (strata_calib_t){.eta_gemm = 0.8907,
-                            .eta_mem = 0.8645,
+    return (strata_calib_t){.eta_gemm = 0.8883,
+                            .eta_mem = 0.8622,
                             .eta_up = 0.78,
                             .eta_out = 0.85,
-                            .eta_zero3 = 0.1146,
+                            .eta_zero3 = 0.1240,
                             .overlap_cost = 0.10,
-                            .zero3_overlap_cost = 0.4458,
+                            .zero3_overlap_cost = 0.4422,
                             .straggler_cv = 0.01,
                             .ecmp_subflows = 16,
                             .mem_frag = 0.05};
