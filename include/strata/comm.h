@@ -136,6 +136,35 @@ typedef struct strata_comm_stats {
 
 STRATA_API strata_status_t strata_comm_stats(const strata_comm_t *comm, strata_comm_stats_t *out);
 
+/* What this process has measured of the link from one peer, for finding slow links (strata train
+ * flags one that runs far below the others; docs/train.md). Every message of at least
+ * STRATA_LINK_TIMED_BYTES that arrives from the peer over TCP in more than one read adds the bytes
+ * after its first read and the time from that read to its last: the rate the link delivered while
+ * the message was arriving. Waiting for a late sender does not count (the clock starts at the
+ * message's first bytes), nor do bytes that waited in the socket for this rank (the first read's).
+ * Counts since creation, over every communicator of the process; all zero for a peer reached
+ * through shared memory. The cost: two clock reads per timed message. */
+#define STRATA_LINK_TIMED_BYTES (32 * 1024)
+
+typedef struct strata_link_stats {
+    uint64_t messages; /* messages timed */
+    uint64_t bytes;    /* their bytes after each one's first read */
+    double seconds;    /* from each one's first read to its last, summed */
+} strata_link_stats_t;
+
+/* The link from `peer` (a rank of comm) to this rank. Errors: STRATA_ERR_INVALID_ARG for a NULL
+ * argument or a rank outside comm. */
+STRATA_API strata_status_t strata_comm_link_stats(const strata_comm_t *comm, int peer,
+                                                  strata_link_stats_t *out);
+
+/* Where `rank` (of comm) runs, for messages: "host h07 10.0.0.7, rack1/h07" (its host name, the
+ * address of its TCP port, and its path on the fabric when one was given: STRATA_TOPO_PATH or a
+ * cluster file), looked up in the bootstrap store when this rank never talked to it; whatever the
+ * store cannot say is left out ("" at worst). Not collective; a store round trip at most. Errors:
+ * STRATA_ERR_INVALID_ARG for a NULL argument or a rank outside comm. */
+STRATA_API strata_status_t strata_comm_rank_where(const strata_comm_t *comm, int rank, char *buf,
+                                                  size_t len);
+
 /* ---- memory peers reach directly ---------------------------------------------------------------- */
 
 /* Allocates `bytes` (zeroed, page-aligned) that the other ranks of this host can map: the analogue of

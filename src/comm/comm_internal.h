@@ -25,8 +25,19 @@ struct strata_comm {
     st_topo_t *topo;     /* its place on the fabric (topo.c); NULL only while being created */
 };
 
+/* Where this process sits on the fabric, found before its endpoint exists (topo.c): its path (""
+ * when none is given) and the fabric's levels when a cluster file gives them. */
+typedef struct st_place {
+    char path[512];
+    strata_topo_t levels;
+    bool have_levels;
+} st_place_t;
+
+/* Reads STRATA_TOPO_PATH / STRATA_TOPO_FILE (topo.c). */
+strata_status_t st_comm_locate(st_place_t *out);
+
 /* The placement of a new world communicator: exchanges every rank's path (topo.c). */
-strata_status_t st_comm_topo_create(strata_comm_t *c);
+strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place);
 /* The placement of a split: its members' part of the parent's (parent_ranks: parent comm ranks). */
 strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *child,
                                    const int *parent_ranks);

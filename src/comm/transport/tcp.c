@@ -75,6 +75,8 @@ typedef struct tcp_conn {
     uint64_t rx_tag;
     size_t rx_bytes, rx_got, rx_delivered;
     st_msg_t *rx_cur;
+    size_t rx_first_got; /* a timed message: bytes its first read brought (0: not begun) */
+    uint64_t rx_first_ns; /* ... and when */
     char *stage;
 } tcp_conn_t;
 
@@ -298,6 +300,28 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
     return STRATA_OK;
 }
 
+/* Meters the link from `peer` on a large message (strata_link_stats_t): the bytes after the
+ * message's first read over the time from that read to its last. Whatever the first read brings may
+ * have waited in the socket for this rank, and the time before it may be the sender's lateness:
+ * neither says how fast the link is. Two clock reads per message, none for one that arrives whole
+ * in one read. */
+static void time_payload(st_peer_t *peer, tcp_conn_t *c, bool last)
+{
+    if (c->rx_first_got == 0) {
+        if (!last) {
+            c->rx_first_got = c->rx_got;
+            c->rx_first_ns = st_now_ns();
+        }
+        return;
+    }
+    if (!last)
+        return;
+    peer->rx_meter.messages++;
+    peer->rx_meter.bytes += c->rx_bytes - c->rx_first_got;
+    peer->rx_meter.ns += st_now_ns() - c->rx_first_ns;
+    c->rx_first_got = 0;
+}
+
 /* Reads what the socket holds for the message being received; returns false when it would block. */
 static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c, bool *more,
                                     bool *moved)
@@ -326,6 +350,8 @@ static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c,
     *moved = true;
     c->rx_got += (size_t)r;
     bool last = c->rx_got == c->rx_bytes;
+    if (c->rx_bytes >= STRATA_LINK_TIMED_BYTES)
+        time_payload(peer, c, last);
     size_t ready = c->rx_got - c->rx_delivered;
     if (staged && !last)
         ready -= ready % m->esize; // reduce whole elements only; keep the rest staged
@@ -374,6 +400,7 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             c->rx_tag = hdr[0];
             c->rx_bytes = hdr[1];
             c->rx_got = c->rx_delivered = 0;
+            c->rx_first_got = 0;
         }
         if (!c->rx_cur) {
             c->rx_cur = st_ep_match(ep, peer, c->rx_tag, c->rx_bytes, drain);
