@@ -620,6 +620,9 @@ def run_kind(a, kind, rng):
                 subprocess.call(["umount", "-l", os.path.join(work, "ckpt")])
             if not a.keep:
                 shutil.rmtree(work, ignore_errors=True)
+            else:
+                with open(os.path.join(work, "output.log"), "w") as f:
+                    f.write(job.output() + "\n")
     return res
 
 
@@ -718,7 +721,8 @@ def main():
     p.add_argument("--soak", type=float, default=0, help="minutes of one job with periodic faults")
     p.add_argument("--every", type=float, default=120)
     p.add_argument("--out", default=None)
-    p.add_argument("--keep", action="store_true", help="keep the jobs' folders")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the jobs' folders (with the job's output in output.log)")
     a = p.parse_args()
     a.strata = os.path.abspath(a.strata)
     help_text = subprocess.run([a.strata, "train", "--help"], capture_output=True, text=True)

@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "model/layers.h"
+#include "strata/topo.h"
 #include "strata/trace.h"
 #include "train/trainer.h"
 
@@ -172,6 +173,22 @@ static void zero_progress_cb(void *ctx)
     (void)strata_zero_progress(ctx); // an error repeats at the engine's next hook
 }
 
+/* Slow-link detection over the communicator's hosts (the fabric's "host" level, else its
+ * innermost). */
+static strata_status_t init_slowlink(strata_trainer_t *t, const strata_comm_t *comm)
+{
+    const strata_fabric_t *f = strata_comm_fabric(comm);
+    int level = ST_MAX(strata_topo_find_level(&f->topo, "host"), 0);
+    int *host = malloc((size_t)t->nranks * sizeof *host);
+    if (!host)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    for (int r = 0; r < t->nranks; r++)
+        host[r] = strata_fabric_unit(f, level, r);
+    strata_status_t rc = st_slowlink_init(&t->links, t->cfg.straggler_window, t->nranks, host);
+    free(host);
+    return rc;
+}
+
 strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *comm,
                                           const strata_zero_config_t *zc)
 {
@@ -210,7 +227,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
     ST_TRY(st_straggler_init(&t->strag, t->cfg.straggler_window, N));
-    ST_TRY(st_slowlink_init(&t->links, t->cfg.straggler_window, N));
+    ST_TRY(init_slowlink(t, comm));
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);
     double halves[2] = {r == 0 ? (double)(id >> 32) : 0, r == 0 ? (double)(id & 0xffffffffu) : 0};

@@ -42,8 +42,8 @@ static void usage(FILE *f)
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
             "  --bucket N         floats per gradient bucket [engine default]\n"
             "  --straggler-window N   steps per straggler and slow-link window; a rank 20%%\n"
-            "                     busier than the others, or a TCP link 4x slower than the\n"
-            "                     others' median, in 3 windows in a row is flagged [20; 0 = off]\n");
+            "                     busier than the others, or a TCP link 8x slower than the\n"
+            "                     others, in 3 windows in a row is flagged [20; 0 = off]\n");
 }
 
 /* The signal that asked to stop (0 = none); the trainer reads it once per step. */
