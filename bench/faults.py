@@ -582,6 +582,9 @@ def run_kind(a, kind, rng):
     if kind in LINK_KINDS and emu_unavailable(a):
         res.skipped = emu_unavailable(a)
         return res
+    if kind == "slowlink" and a.ranks < 3:
+        res.skipped = "needs --ranks 3 or more: a link is judged against other hosts' links"
+        return res
     for i in range(a.repeat):
         work = tempfile.mkdtemp(prefix=f"faults-{kind}-", dir=a.out)
         env = {"STRATA_COMM_TRANSPORT": "tcp"} if kind == "strangers" else {}
