@@ -16,7 +16,8 @@
  * Sockets are non-blocking; a message is a 16-byte header (tag, size) followed by its bytes,
  * streamed straight from the sender's buffer and, for plain receives, straight into the receiver's
  * buffer. A receive that reduces goes through a staging buffer, reducing whole elements as they
- * arrive, so large messages are pipelined either way.
+ * arrive, so large messages are pipelined either way. Large messages are timed on the way, from
+ * the kernel's receive stamps, for the per-link meter (strata_comm_link_stats).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
