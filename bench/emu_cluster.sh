@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # An emulated cluster on one machine: one network namespace per host, a bridge per rack (and per
 # zone), a spine bridge, veth links, and tbf shaping every host NIC and every uplink to the rates
-# asked for. Runs commands as the job's ranks inside their hosts' namespaces, then tears it all
-# down (always: on success, failure or interrupt). Only the cluster's own addresses are used
-# (10.99.0.0/16 inside its namespaces). Needs root, iproute2 (ip, tc) and the tbf qdisc.
+# asked for. Runs commands as the job's ranks inside their hosts' namespaces, or one launcher
+# command whose ranks enter them, then tears it all down (always: on success, failure or
+# interrupt). Only the cluster's own addresses are used (10.99.0.0/16 inside its namespaces).
+# Needs root, iproute2 (ip, tc) and the tbf qdisc.
 #
 # usage: bench/emu_cluster.sh [shape] --run 'COMMAND' [--run 'COMMAND' ...]
+#        bench/emu_cluster.sh [shape] --launch 'COMMAND'
 #   --racks R          racks (per zone when --zones is given)      default 2
 #   --hosts H          hosts per rack                              default 4
 #   --zones Z          zones, each with R racks (0 = no zone level) default 0
@@ -19,11 +21,21 @@
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
 # EMU_DIR, a scratch folder). The script exits non-zero when any rank of any command fails.
+# --launch runs COMMAND once, in the machine's own namespace, with EMU_DIR and EMU_ENTER set:
+# EMU_ENTER (bench/emu_enter.sh) used as the program of `strata launch` puts rank $RANK into its
+# host's namespace and points it at rank 0's host for the store, so a launched job's ranks talk
+# TCP across the emulated links while the launcher still watches, signals and restarts them:
+#   bench/emu_cluster.sh --racks 1 --hosts 4 \
+#       --launch 'strata launch -n 4 --max-restarts 3 -- "$EMU_ENTER" strata train ...'
+# SIGTERM/SIGINT to the script go to COMMAND, and the script exits with its status.
+# $EMU_DIR/ranks has a line per rank: RANK NAMESPACE ADDRESS PATH FABRIC_NAMESPACE FABRIC_LINK
+# (the host's NIC is eth0 in NAMESPACE; FABRIC_LINK is its other end, in FABRIC_NAMESPACE; both
+# are tbf-shaped), for tools that cut or slow a host's link (bench/faults.py).
 # Exit status 77: namespaces cannot be made here (not root, or no netns/tbf support).
 set -euo pipefail
 
 racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep=""
-runs=()
+runs=() launch=""
 while (($#)); do
     case "$1" in
     --racks) racks=$2; shift 2 ;;
@@ -36,11 +48,16 @@ while (($#)); do
     --numbering) numbering=$2; shift 2 ;;
     --keep-file) keep=$2; shift 2 ;;
     --run) runs+=("$2"); shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    --launch) launch=$2; shift 2 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-((${#runs[@]})) || { echo "emu_cluster: nothing to --run" >&2; exit 2; }
+if ((${#runs[@]} == 0)) && [ -z "$launch" ]; then
+    echo "emu_cluster: nothing to --run or --launch" >&2; exit 2
+elif ((${#runs[@]})) && [ -n "$launch" ]; then
+    echo "emu_cluster: --run and --launch do not mix" >&2; exit 2
+fi
 for v in racks hosts rph mbit oversub zoversub; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --$v must be a positive integer" >&2; exit 2; }
 done
@@ -155,11 +172,33 @@ host_of_rank() { # the host number of rank r
         echo "$slot"
     fi
 }
+host_addr() { echo "10.99.$(($1 / 250)).$(($1 % 250 + 1))"; } # host number -> its address
+for ((r = 0; r < nranks; r++)); do # the map emu_enter.sh and fault injectors read
+    h=$(host_of_rank "$r")
+    echo "$r ${P}h$h $(host_addr "$h") $(host_path "$h") $FAB ${P}h$h"
+done >"$EMU_DIR/ranks"
+
+if [ -n "$launch" ]; then
+    # The launcher runs here, its ranks in the hosts (emu_enter.sh): signals go to it, so it can
+    # stop its ranks (a final checkpoint) before the namespaces go.
+    EMU_ENTER="$(cd "$(dirname "$0")" && pwd)/emu_enter.sh"
+    export EMU_ENTER
+    child=""
+    forward() { [ -n "$child" ] && kill -"$1" "$child" 2>/dev/null; }
+    trap 'forward TERM' TERM
+    trap 'forward INT' INT
+    bash -c "$launch" &
+    child=$!
+    status=0
+    until wait "$child"; status=$?; ! kill -0 "$child" 2>/dev/null; do :; done
+    exit $status
+fi
+
 port=$((20000 + $$ % 20000))
 status=0
 for cmd in "${runs[@]}"; do
     port=$((port + 1))
-    master="10.99.$(($(host_of_rank 0) / 250)).$(($(host_of_rank 0) % 250 + 1))"
+    master=$(host_addr "$(host_of_rank 0)")
     pids=()
     for ((r = 0; r < nranks; r++)); do
         h=$(host_of_rank "$r")

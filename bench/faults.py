@@ -5,6 +5,7 @@ recover, steps lost, hangs, wrong checkpoints accepted; then the job's effective
 
 usage: bench/faults.py [--strata build/release/strata] [--seed 1] [--ranks 4] [--repeat 3]
                        [--kinds kill,kill0,stop,...] [--timeout-ms 3000] [--out DIR]
+                       [--link-mbit 800] [--slow-mbit 10] [--link-window 5] [--slow-detect-s 120]
        bench/faults.py --soak MINUTES [--every 120]   one long job, a fault every N seconds
 
 Kinds (each injected --repeat times into its own job, except in --soak):
@@ -20,17 +21,26 @@ Kinds (each injected --repeat times into its own job, except in --soak):
                 the restart must refuse that step and resume from an older one
   ckpt_mixed    the newest step's rank-0 shard replaced by an older step's, then a kill
   ckpt_foreign  the newest step's rank-0 shard replaced by another run's, then a kill
-Not here yet: link faults (a cut and a slowed link), which need the emulated cluster
-(bench/emu_cluster.sh), whose ranks run without strata launch.
+  linkcut       on the emulated cluster: a random rank's host loses its cable (its switch port goes
+                down) mid-training, and gets it back once the job noticed; every survivor and the
+                verdict must name it, and the restart resume from memory
+  slowlink      on the emulated cluster: a random rank's host NIC is cut to --slow-mbit both ways;
+                a link of it must be flagged slow (rank 0's warning, the metrics) and training go
+                on without a restart; then the rate comes back and the flag must clear
 
-Needs root for enospc (mount -t tmpfs); other kinds run anywhere strata does. Uses only the
-Python standard library (run it with Debian's /usr/bin/python3).
+The link kinds run the job through bench/emu_cluster.sh --launch (one rack of --ranks hosts, one
+rank each, --link-mbit NICs; the ranks enter their hosts through bench/emu_enter.sh) and need root,
+network namespaces and tbf, as enospc needs root (mount -t tmpfs); where they cannot run they
+report "skipped". Other kinds run anywhere strata does. Uses only the Python standard library (run
+it with Debian's /usr/bin/python3).
 """
 import argparse
+import collections
 import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -42,14 +52,104 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ["kill", "kill0", "stop", "store_garbage", "strangers", "enospc", "ckpt_corrupt",
-         "ckpt_mixed", "ckpt_foreign"]
+         "ckpt_mixed", "ckpt_foreign", "linkcut", "slowlink"]
+LINK_KINDS = ("linkcut", "slowlink")  # on the emulated cluster
+# A rank's first error, or the launcher seeing a rank end: when a fault was detected.
+FIRST_ERROR_RX = r"(strata: error: .*(failed|stopped responding)|exited with status|killed by)"
+RESTART_RX = r"strata launch: restart \d+ of \d+ after (rank (\d+))?(.*)"
+SLOW_LINK_RX = r"slow link: rank (\d+)\b.*? -> rank (\d+)\b"
+
+
+# ---- the emulated cluster -------------------------------------------------------------------------
+
+# A host of the emulated cluster: its namespace (NIC eth0), its fabric path, and the other end of
+# its link (its switch port) in the fabric's namespace.
+Host = collections.namedtuple("Host", "ns path fab_ns fab_link")
+
+
+def emu_cluster_cmd(a):
+    """bench/emu_cluster.sh for a job of a.ranks ranks: one rack of a.ranks hosts, one rank each."""
+    return ["bash", os.path.join(ROOT, "bench/emu_cluster.sh"), "--racks", "1", "--hosts",
+            str(a.ranks), "--host-mbit", str(a.link_mbit)]
+
+
+def emu_unavailable(a):
+    """Why the emulated cluster cannot be made here (None when it can)."""
+    if not hasattr(a, "emu_why"):
+        r = subprocess.run(emu_cluster_cmd(a) + ["--run", "true"], capture_output=True, text=True)
+        a.emu_why = None if r.returncode == 0 else (
+            "needs root + netns" if r.returncode == 77 else
+            f"emu_cluster.sh failed: {r.stderr.strip().splitlines()[-1:]}")
+    return a.emu_why
+
+
+def ip_netns(ns, *cmd):
+    r = subprocess.run(["ip", "netns", "exec", ns] + list(cmd), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"ip netns exec {ns} {' '.join(cmd)}: {r.stderr.strip()}")
+
+
+def set_link(host, up):
+    """Pulls the host's cable (its switch port, the fabric end of its link, goes down: both ends
+    lose the carrier) or plugs it back in."""
+    ip_netns(host.fab_ns, "ip", "link", "set", host.fab_link, "up" if up else "down")
+
+
+def shape(host, mbit):
+    """The host's NIC, both ways, at `mbit` (tbf as bench/emu_cluster.sh sets it up)."""
+    rate = mbit * 1000000 // 8
+    burst = max(rate // 100, 131072)  # emu_cluster.sh's: >= rate/HZ, >= one GSO frame
+    for ns, dev in ((host.ns, "eth0"), (host.fab_ns, host.fab_link)):
+        ip_netns(ns, "tc", "qdisc", "change", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+                 "burst", str(burst), "latency", "200ms")
+
+
+def remove_netns(prefix):
+    """Kills what runs in the namespaces named prefix* and deletes them."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in (line.split()[0] for line in names.splitlines() if line.startswith(prefix)):
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for pid in pids.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        subprocess.call(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
+def children(ppid):
+    """Pids of the processes whose parent is ppid."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(pid))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def environ(pid):
+    """A process's environment as {bytes: bytes} ({} when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return {}
 
 
 class Job:
-    """One `strata launch` of `strata train`, its output read line by line with timestamps."""
+    """One `strata launch` of `strata train`, its output read line by line with timestamps. With
+    `emu`, the launch runs on an emulated cluster (bench/emu_cluster.sh --launch: a host, a network
+    namespace, per rank, linked through shaped veths), its ranks talking TCP across the links."""
 
-    def __init__(self, a, work, tag, extra_env=None, steps=100000, resume=True, mem_ckpt=True):
+    def __init__(self, a, work, tag, extra_env=None, steps=100000, resume=True, mem_ckpt=True,
+                 emu=False, train_extra=()):
         self.a = a
+        self.emu = emu
+        self._launcher = None
         self.work = work
         self.ckpt = os.path.join(work, "ckpt")
         self.metrics = os.path.join(work, "metrics.jsonl")
@@ -66,14 +166,20 @@ class Job:
             train += ["--mem-ckpt-every", "1"]
         if resume:
             train.append("--resume")
+        train += list(train_extra)
         cmd = [a.strata, "launch", "-n", str(a.ranks), "--max-restarts", str(a.max_restarts),
                "--timeout-ms", str(a.timeout_ms), "--diag-dir", self.diag, "--no-prefix"]
         if extra_env and extra_env.get("STRATA_COMM_TRANSPORT") == "tcp":
             cmd.append("--tcp")
+        cmd += ["--"] + train
+        if emu:  # each rank enters its host first (emu_enter.sh keeps the launcher's pid)
+            cmd = emu_cluster_cmd(a) + [
+                "--launch", shlex.join(cmd[:cmd.index("--") + 1]) + ' "$EMU_ENTER" ' +
+                shlex.join(train)]
         self.t0 = time.monotonic()
         self.lines = []  # (time since start, text)
         self.lock = threading.Lock()
-        self.p = subprocess.Popen(cmd + ["--"] + train, stdout=subprocess.PIPE,
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, env=env, text=True, errors="replace",
                                   start_new_session=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -138,33 +244,44 @@ class Job:
             time.sleep(0.05)
         return self.last_step() >= step
 
+    def launcher(self):
+        """The pid of `strata launch`: our child, or on the emulated cluster the script's."""
+        if not self.emu:
+            return self.p.pid
+        if self._launcher is None:
+            for pid in children(self.p.pid):
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        if f.read().strip() == "strata":
+                            self._launcher = pid
+                except OSError:
+                    pass
+        return self._launcher
+
     def ranks(self):
         """{rank: pid} of the launcher's running ranks."""
         out = {}
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
+        for pid in children(self.launcher()) if self.launcher() else []:
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                if ppid != self.p.pid:
-                    continue
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-                out[int(env[b"RANK"])] = int(pid)
-            except (OSError, ValueError, KeyError, IndexError):
+                out[int(environ(pid)[b"RANK"])] = pid
+            except (KeyError, ValueError):
                 pass
         return out
 
     def rank_env(self, rank, name):
         pid = self.ranks().get(rank)
-        if not pid:
-            return None
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for kv in f.read().split(b"\0"):
-                if kv.startswith(name.encode() + b"="):
-                    return kv.split(b"=", 1)[1].decode()
-        return None
+        v = environ(pid).get(name.encode()) if pid else None
+        return v.decode() if v is not None else None
+
+    def hosts(self):
+        """On the emulated cluster, {rank: Host} from its map ($EMU_DIR/ranks)."""
+        emu_dir = environ(self.launcher()).get(b"EMU_DIR", b"").decode()
+        out = {}
+        with open(os.path.join(emu_dir, "ranks")) as f:
+            for line in f:
+                rank, ns, addr, path, fab_ns, fab_link = line.split()
+                out[int(rank)] = Host(ns, path, fab_ns, fab_link)
+        return out
 
     def stop(self, timeout=60):
         """SIGTERM to the launcher (a final checkpoint), then wait; True if it ended in time."""
@@ -176,6 +293,8 @@ class Job:
         except subprocess.TimeoutExpired:
             os.killpg(self.p.pid, signal.SIGKILL)
             self.p.wait()
+            if self.emu:  # the script's own teardown did not run: its namespaces and their ranks
+                remove_netns(f"se{self.p.pid}")
             return False
 
     def output(self):
@@ -257,6 +376,8 @@ class Result:
         self.injected = self.detected = self.named = self.hangs = self.wrong_ckpt = 0
         self.detect_s, self.recover_s, self.lost = [], [], []
         self.notes = []
+        self.skipped = None  # why the kind could not run here
+        self.victims = []
 
 
 def inject(a, kind, rng, job, res, victim):
@@ -265,11 +386,14 @@ def inject(a, kind, rng, job, res, victim):
     before = job.last_step()
     t_inj = job.now()
     expect_restart = kind not in ("store_garbage", "strangers")
-    detect_rx = r"strata launch: restart \d+ of \d+ after (rank (\d+))?(.*)"
+    detect_rx = RESTART_RX
     if kind in ("kill", "kill0"):
         os.kill(job.ranks()[victim], signal.SIGKILL)
     elif kind == "stop":
         os.kill(job.ranks()[victim], signal.SIGSTOP)
+    elif kind == "linkcut":
+        cut = job.hosts()[victim]
+        set_link(cut, up=False)
     elif kind == "store_garbage":
         addr = job.rank_env(0, "STRATA_STORE_ADDR") or "127.0.0.1:" + job.rank_env(0, "MASTER_PORT")
         host, port = addr.rsplit(":", 1)
@@ -321,6 +445,10 @@ def inject(a, kind, rng, job, res, victim):
         if not ok:
             res.notes.append("the job restarted or stalled:\n" + job.output()[-2000:])
         return
+    if kind == "linkcut":
+        # The cable goes back in once the job has noticed, so that the restart finds the host.
+        job.wait_for(FIRST_ERROR_RX, t_inj, a.timeout_ms / 1000 * 2 + 30)
+        set_link(cut, up=True)
     hit = job.wait_for(detect_rx, t_inj, a.timeout_ms / 1000 * 2 + 30)
     if kind == "enospc":
         try:
@@ -334,14 +462,21 @@ def inject(a, kind, rng, job, res, victim):
     t_det, m = hit
     res.detected += 1
     # Detected when the first rank's error names the culprit (or failure), else at the verdict.
-    first = job.find(r"(strata: error: .*(failed|stopped responding)|exited with status|killed by)",
-                     t_inj)
+    first = job.find(FIRST_ERROR_RX, t_inj)
     res.detect_s.append((first[0] if first and first[0] <= t_det else t_det) - t_inj)
     named = m.group(2)
     if kind in ("enospc",):
         res.named += "No space left" in m.group(0) or "write" in m.group(0) or named is not None
     elif named is not None and int(named) == victim:
-        res.named += 1
+        # A cut host cannot reach the store either: every survivor must blame it, not only the
+        # verdict (their dumps say whom they blamed).
+        wrong = survivors_blaming_others(m.group(0), victim) if kind == "linkcut" else []
+        res.named += not wrong
+        for w in wrong:
+            res.notes.append(f"victim rank {victim}: {w}")
+        if kind == "linkcut" and res.detect_s[-1] > 2 * a.timeout_ms / 1000:
+            res.notes.append(f"detected after {res.detect_s[-1]:.2f} s, more than twice the "
+                             f"timeout")
     else:
         res.notes.append(f"victim rank {victim}, verdict: {m.group(0)}")
     # Recovered: the first metrics line the restarted run writes.
@@ -370,8 +505,86 @@ def inject(a, kind, rng, job, res, victim):
     res.lost.append(max(0, before - resumed))
 
 
+def survivors_blaming_others(restart_line, victim):
+    """What each survivor's dump (in the attempt directory the restart line names) blames, where
+    that is not the victim."""
+    m = re.search(r"\(dumps: (\S+)\)", restart_line)
+    if not m:
+        return ["the restart line names no dumps"]
+    wrong = []
+    for name in os.listdir(m.group(1)):
+        d = re.match(r"rank(\d+)\.json$", name)
+        if d and int(d.group(1)) != victim:
+            with open(os.path.join(m.group(1), name)) as f:
+                dump = json.load(f)
+            if dump.get("culprit") != victim:
+                wrong.append(f"rank {d.group(1)} blamed rank {dump.get('culprit')}: "
+                             f"{dump.get('error')}")
+    return wrong
+
+
+def inject_slowlink(a, job, res, victim):
+    """Slows the victim host's NIC both ways to a.slow_mbit. The job must flag a link of the
+    victim's (rank 0's warning "slow link: rank A (...) -> rank B (...)", the metrics' "slow_link")
+    and go on training without a restart; then the rate comes back and the flag must clear. Time to
+    detect: to the warning; time to recover: from the rate's return to the first metrics line
+    without the flag."""
+    host = job.hosts()[victim]
+    t_inj = job.now()
+    if job.find(SLOW_LINK_RX):
+        res.notes.append("a slow link was flagged before any was slowed: "
+                         + job.find(SLOW_LINK_RX)[1].group(0))
+    before = job.last_step()
+    shape(host, a.slow_mbit)
+    res.injected += 1
+    try:
+        hit = job.wait_for(SLOW_LINK_RX + "|" + RESTART_RX, t_inj, a.slow_detect_s)
+        if not hit or not hit[1].group(0).startswith("slow link"):
+            res.notes.append(f"victim rank {victim}: no slow link flagged within "
+                             f"{a.slow_detect_s:.0f} s" + (f"; {hit[1].group(0)}" if hit else ""))
+            return
+        t_det, m = hit
+        res.detected += 1
+        res.detect_s.append(t_det - t_inj)
+        link = [int(m.group(1)), int(m.group(2))]
+        if victim in link:
+            res.named += 1
+        else:
+            res.notes.append(f"victim rank {victim}, flagged: {m.group(0)}")
+        # Training goes on: more steps, and the metrics carry the flag.
+        if not job.wait_step(job.last_step() + 5, 60):
+            res.hangs += 1
+            res.notes.append("no steps after the flag:\n" + job.output()[-2000:])
+            return
+        if not any(r.get("slow_link") == link for r in job.steps()):
+            res.notes.append(f"no metrics line carries \"slow_link\": {link}")
+    finally:
+        shape(host, a.link_mbit)
+    t_rest, seen = job.now(), len(job.steps())
+    end = time.monotonic() + a.slow_detect_s
+    cleared = None
+    while cleared is None and time.monotonic() < end and job.p.poll() is None:
+        cleared = next((r for r in job.steps()[seen:] if "slow_link" not in r), None)
+        time.sleep(0.05)
+    if cleared is None:
+        res.notes.append(f"the flag did not clear within {a.slow_detect_s:.0f} s of the rate's "
+                         f"return")
+    else:
+        res.recover_s.append(job.now() - t_rest)
+    restarted = job.find(RESTART_RX, t_inj)
+    if restarted:
+        res.notes.append("the job restarted: " + restarted[1].group(0))
+    res.lost.append(0 if not restarted else max(0, before - job.last_step()))
+
+
 def run_kind(a, kind, rng):
     res = Result(kind)
+    if kind in LINK_KINDS and emu_unavailable(a):
+        res.skipped = emu_unavailable(a)
+        return res
+    if kind == "slowlink" and a.ranks < 3:
+        res.skipped = "needs --ranks 3 or more: a link is judged against other hosts' links"
+        return res
     for i in range(a.repeat):
         work = tempfile.mkdtemp(prefix=f"faults-{kind}-", dir=a.out)
         env = {"STRATA_COMM_TRANSPORT": "tcp"} if kind == "strangers" else {}
@@ -385,7 +598,10 @@ def run_kind(a, kind, rng):
                 shutil.rmtree(work, ignore_errors=True)
                 return res
         # The damaged-checkpoint kinds test the disk's checks: no memory copy to resume from.
-        job = Job(a, work, kind, env, mem_ckpt=not kind.startswith("ckpt_"))
+        job = Job(a, work, kind, env, mem_ckpt=not kind.startswith("ckpt_"),
+                  emu=kind in LINK_KINDS,
+                  train_extra=["--straggler-window", str(a.link_window)]
+                  if kind == "slowlink" else [])
         try:
             if not job.wait_step(a.warm_steps, 120):
                 res.notes.append("the job never started:\n" + job.output()[-2000:])
@@ -394,7 +610,11 @@ def run_kind(a, kind, rng):
                 continue
             victim = {"kill": pick_rank(rng, a, False), "kill0": 0,
                       "stop": pick_rank(rng, a, True)}.get(kind, pick_rank(rng, a, True))
-            inject(a, kind, rng, job, res, victim)
+            res.victims.append(victim)
+            if kind == "slowlink":
+                inject_slowlink(a, job, res, victim)
+            else:
+                inject(a, kind, rng, job, res, victim)
         finally:
             if not job.stop():
                 res.hangs += 1
@@ -403,6 +623,9 @@ def run_kind(a, kind, rng):
                 subprocess.call(["umount", "-l", os.path.join(work, "ckpt")])
             if not a.keep:
                 shutil.rmtree(work, ignore_errors=True)
+            else:
+                with open(os.path.join(work, "output.log"), "w") as f:
+                    f.write(job.output() + "\n")
     return res
 
 
@@ -416,11 +639,16 @@ def report(results):
     print(f"{'fault':14} {'injected':>8} {'detected':>8} {'named':>6} {'hangs':>5} "
           f"{'wrong ckpt':>10}  {'time to detect':>20}  {'time to recover':>20}  steps lost")
     for r in results:
+        if r.skipped:
+            print(f"{r.kind:14} skipped ({r.skipped})")
+            continue
         lost = f"{sum(r.lost) / len(r.lost):.1f} (max {max(r.lost)})" if r.lost else "-"
         print(f"{r.kind:14} {r.injected:8} {r.detected:8} {r.named:6} {r.hangs:5} "
               f"{r.wrong_ckpt:10}  {fmt_list(r.detect_s, ' s'):>20}  "
               f"{fmt_list(r.recover_s, ' s'):>20}  {lost}")
     for r in results:
+        if r.kind in LINK_KINDS and r.victims:
+            print(f"  [{r.kind}] victims: rank {', '.join(map(str, r.victims))}")
         for n in r.notes:
             print(f"  [{r.kind}] {n}")
 
@@ -486,10 +714,18 @@ def main():
     p.add_argument("--max-restarts", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=20)
     p.add_argument("--warm-steps", type=int, default=45)
+    p.add_argument("--link-mbit", type=int, default=800,
+                   help="emulated cluster: every host's NIC, each way")
+    p.add_argument("--slow-mbit", type=int, default=10, help="slowlink: the victim's NIC")
+    p.add_argument("--link-window", type=int, default=5,
+                   help="slowlink: steps per slow-link window (strata train --straggler-window)")
+    p.add_argument("--slow-detect-s", type=float, default=120,
+                   help="slowlink: how long the flag (and its clearing) may take")
     p.add_argument("--soak", type=float, default=0, help="minutes of one job with periodic faults")
     p.add_argument("--every", type=float, default=120)
     p.add_argument("--out", default=None)
-    p.add_argument("--keep", action="store_true", help="keep the jobs' folders")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the jobs' folders (with the job's output in output.log)")
     a = p.parse_args()
     a.strata = os.path.abspath(a.strata)
     help_text = subprocess.run([a.strata, "train", "--help"], capture_output=True, text=True)

@@ -142,6 +142,40 @@ typedef struct strata_comm_stats {
 
 STRATA_API strata_status_t strata_comm_stats(const strata_comm_t *comm, strata_comm_stats_t *out);
 
+/* What this process has measured of the link from one peer, for finding slow links (strata train
+ * flags one that runs far below the others; docs/train.md). Every message of at least
+ * STRATA_LINK_TIMED_BYTES that arrives from the peer over TCP in more than one read adds the bytes
+ * after its first read and the time from the arrival of that read's last byte to the arrival of
+ * the message's last byte, as the kernel stamps them (SO_TIMESTAMPNS; where there are no stamps,
+ * the clock at the reads): the rate the link delivered while the message was arriving. Neither a
+ * late sender (the clock starts with data in hand) nor a late reader (stamps say when bytes
+ * arrived, not when they were read) counts, nor do the bytes that waited in the socket for the
+ * first read. Counts since creation, over every communicator of the process; all zero for a peer
+ * reached through shared memory and for a link whose messages always arrive whole before they are
+ * read. The cost: such messages are read with recvmsg() for the stamps, and the kernel stamps
+ * arriving packets. */
+#define STRATA_LINK_TIMED_BYTES (32 * 1024)
+
+typedef struct strata_link_stats {
+    uint64_t messages; /* messages timed */
+    uint64_t bytes;    /* their bytes after each one's first read */
+    double seconds;    /* from the arrival of each one's first read's last byte to that of its
+                          last byte, summed */
+} strata_link_stats_t;
+
+/* The link from `peer` (a rank of comm) to this rank. Errors: STRATA_ERR_INVALID_ARG for a NULL
+ * argument or a rank outside comm. */
+STRATA_API strata_status_t strata_comm_link_stats(const strata_comm_t *comm, int peer,
+                                                  strata_link_stats_t *out);
+
+/* Where `rank` (of comm) runs, for messages: "host h07 10.0.0.7, rack1/h07" (its host name, the
+ * address of its TCP port, and its path on the fabric when one was given: STRATA_TOPO_PATH or a
+ * cluster file), looked up in the bootstrap store when this rank never talked to it; whatever the
+ * store cannot say is left out ("" at worst). Not collective; a store round trip at most. Errors:
+ * STRATA_ERR_INVALID_ARG for a NULL argument or a rank outside comm. */
+STRATA_API strata_status_t strata_comm_rank_where(const strata_comm_t *comm, int rank, char *buf,
+                                                  size_t len);
+
 /* ---- memory peers reach directly ---------------------------------------------------------------- */
 
 /* Allocates `bytes` (zeroed, page-aligned) that the other ranks of this host can map: the analogue of

@@ -240,7 +240,7 @@ typedef struct strata_train_config {
                               0 = flat (or hpz) */
     bool qwz, qgz;         /* int8 weight all-gathers / gradient reduce-scatters (off) */
     int64_t bucket;        /* floats per gradient bucket (0 = engine default) */
-    int straggler_window;  /* steps per straggler-detection window (20; 0 = off) */
+    int straggler_window;  /* steps per straggler- and slow-link-detection window (20; 0 = off) */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -316,6 +316,14 @@ typedef struct strata_step_info {
                            by 20% than the others' median in cfg.straggler_window-step windows,
                            3 in a row); -1 none */
     float straggler_ratio; /* its busy time per step over the others' median */
+    int slow_link_from;    /* distributed over TCP, 3 hosts or more: the link flagged slow carries
+                              data from rank slow_link_from to rank slow_link_to, persistently (a
+                              receive rate, strata_comm_link_stats, below an eighth of the median of
+                              the other hosts' links in cfg.straggler_window-step windows, 3 in a
+                              row; docs/train.md); -1 none */
+    int slow_link_to;
+    float slow_link_MBps;        /* its latest rate, MB/s (10^6 bytes) */
+    float slow_link_median_MBps; /* the other hosts' links' median rate it was compared with */
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the

@@ -40,20 +40,17 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
     strata_comm_t *c = calloc(1, sizeof *c);
     st_shared_t *sh = calloc(1, sizeof *sh);
     int *world = calloc((size_t)cfg->nranks, sizeof *world);
-    if (!c || !sh || !world) {
-        free(c);
-        free(sh);
-        free(world);
-        return st_error(STRATA_ERR_NO_MEMORY, "out of memory creating a communicator");
-    }
-    st_place_t place;
-    strata_status_t rc = st_comm_locate(&place);
+    st_place_t *place = malloc(sizeof *place); // where this rank sits: published, then placed
+    strata_status_t rc = c && sh && world && place ? st_comm_locate(place)
+                                                   : st_error(STRATA_ERR_NO_MEMORY, "out of memory "
+                                                              "creating a communicator");
     if (rc == STRATA_OK)
-        rc = st_ep_create(cfg, place.path, &sh->ep);
+        rc = st_ep_create(cfg, place->path, &sh->ep);
     if (rc < 0) {
         free(c);
         free(sh);
         free(world);
+        free(place);
         return rc;
     }
     for (int i = 0; i < cfg->nranks; i++)
@@ -65,7 +62,8 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
     c->world = world;
     c->ctx = 1;
     c->link = st_ep_single_host(sh->ep) ? strata_link_default_shm() : strata_link_default_tcp();
-    rc = st_comm_topo_create(c, &place);
+    rc = st_comm_topo_create(c, place);
+    free(place);
     if (rc < 0) {
         strata_comm_destroy(c);
         return rc;
@@ -115,6 +113,20 @@ strata_status_t strata_comm_stats(const strata_comm_t *comm, strata_comm_stats_t
                         comm ? "out" : "comm");
     const st_flight_t *f = st_ep_flight(comm->sh->ep);
     *out = (strata_comm_stats_t){.ops = f->completed, .wait_s = st_ep_wait_ns(comm->sh->ep) / 1e9};
+    return STRATA_OK;
+}
+
+strata_status_t strata_comm_link_stats(const strata_comm_t *comm, int peer,
+                                       strata_link_stats_t *out)
+{
+    if (!comm || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_link_stats: %s is NULL",
+                        comm ? "out" : "comm");
+    if (peer < 0 || peer >= comm->nranks)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_link_stats: rank %d is outside 0..%d",
+                        peer, comm->nranks - 1);
+    const st_link_meter_t *m = &st_ep_peer(comm->sh->ep, comm->world[peer])->rx_meter;
+    *out = (strata_link_stats_t){m->messages, m->bytes, (double)m->ns / 1e9};
     return STRATA_OK;
 }
 

@@ -131,6 +131,28 @@ const char *st_ep_peer_name(st_ep_t *ep, int rank)
     return buf;
 }
 
+void st_ep_where(st_ep_t *ep, int rank, char *buf, size_t len)
+{
+    char key[32], host[64] = "", addr[64] = "";
+    snprintf(key, sizeof key, "addr/%d", rank);
+    void *val = NULL;
+    size_t n = 0;
+    unsigned long long hash;
+    int pid, end = 0;
+    buf[0] = '\0';
+    // Published before the job started (st_ep_create): there or never, no need to wait.
+    if (st_store_get(ep->store, key, &val, &n, 0) == STRATA_OK &&
+        sscanf(val, "%llx %d %63s %63s %n", &hash, &pid, host, addr, &end) == 4) {
+        char *colon = strrchr(addr, ':');
+        if (colon)
+            *colon = '\0'; // the port says nothing about where
+        const char *path = end > 0 && strcmp((char *)val + end, "-") ? (char *)val + end : "";
+        snprintf(buf, len, "host %s %s%s%s", host, strcmp(addr, "-") ? addr : "", *path ? ", " : "",
+                 path);
+    }
+    free(val);
+}
+
 /* ---- failure ----------------------------------------------------------------------------------- */
 
 /* Writes STRATA_DIAG_DIR/rank<r>.json: who this rank is, how it failed, whom it blames, and its
@@ -330,7 +352,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, 
 
     char tcpaddr[64] = "";
     transports[ST_TP_TCP]->address(ep->tp[ST_TP_TCP], tcpaddr, sizeof tcpaddr);
-    char key[32], val[384];
+    char key[32], val[800];
     snprintf(key, sizeof key, "addr/%d", ep->rank);
     int n = snprintf(val, sizeof val, "%016llx %d %s %s %s", (unsigned long long)ep->host_hash,
                      (int)getpid(), ep->host, tcpaddr[0] ? tcpaddr : "-",

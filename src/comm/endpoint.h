@@ -31,6 +31,12 @@ typedef struct st_transport_ops st_transport_ops_t;
 
 enum st_msg_state { ST_MSG_IDLE = 0, ST_MSG_QUEUED, ST_MSG_ACTIVE, ST_MSG_DONE };
 
+/* What a transport measured of the messages it received from one peer (strata_link_stats_t: which
+ * messages, and how). */
+typedef struct st_link_meter {
+    uint64_t messages, bytes, ns;
+} st_link_meter_t;
+
 /* One send or receive in flight. Embedded in schedules; the endpoint never allocates these for
  * posted operations, only for unexpected arrivals. */
 struct st_msg {
@@ -67,13 +73,14 @@ struct st_peer {
     st_msg_t *recvq, *recvq_tail;
     st_msg_t *unexq, *unexq_tail;
     bool listed;                 /* in ep->live */
+    st_link_meter_t rx_meter;    /* large messages received from this peer, timed (tcp) */
 };
 
 typedef struct st_win st_win_t;
 
 /* Creates the endpoint of `rank`: connects to the store (hosting it first on rank 0 when asked),
  * opens the transports, publishes this rank's address (with `path`, its place on the fabric, for
- * messages naming it; "" when unknown) and waits until all ranks have. */
+ * messages naming it and st_ep_where; "" when unknown) and waits until all ranks have. */
 strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, st_ep_t **out);
 
 /* Says goodbye to the store (unless failed), closes every connection, frees. */
@@ -146,6 +153,11 @@ void st_ep_abort(st_ep_t *ep, const char *reason);
 
 /* Names a peer for messages: "rank 3 (host h)". Static per-thread buffer. */
 const char *st_ep_peer_name(st_ep_t *ep, int rank);
+
+/* Writes where `rank` runs, as it published it: "host h 10.0.0.3, rack1/h" (its host name, the
+ * address of its TCP port, its fabric path if it had one), looked up in the store; "" when the
+ * lookup fails, which does not fail the endpoint. */
+void st_ep_where(st_ep_t *ep, int rank, char *buf, size_t len);
 
 /* ---- for transports ---------------------------------------------------------------------------- */
 

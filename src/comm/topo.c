@@ -1,7 +1,9 @@
 /* A communicator's place on the fabric: at creation every rank states its path (STRATA_TOPO_PATH,
  * else its host's entry in the STRATA_TOPO_FILE cluster file, else just its host identity) and
  * the ranks exchange one small record each; splits take their members' part. The levels' links
- * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). */
+ * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). The path
+ * itself is published with the rank's address (endpoint.c), so messages can say where a rank is
+ * (strata_comm_rank_where). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,4 +160,16 @@ void st_comm_topo_free(st_topo_t *t)
         return;
     strata_fabric_free(&t->fabric);
     free(t);
+}
+
+strata_status_t strata_comm_rank_where(const strata_comm_t *comm, int rank, char *buf, size_t len)
+{
+    if (!comm || !buf)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_rank_where: %s is NULL",
+                        comm ? "buf" : "comm");
+    if (rank < 0 || rank >= comm->nranks)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_rank_where: rank %d is outside 0..%d",
+                        rank, comm->nranks - 1);
+    st_ep_where(comm->sh->ep, comm->world[rank], buf, len);
+    return STRATA_OK;
 }

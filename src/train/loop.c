@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "strata/topo.h"
 #include "strata/trace.h"
 #include "train/trainer.h"
 
@@ -100,6 +101,7 @@ void strata_trainer_destroy(strata_trainer_t *t)
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
     st_straggler_free(&t->strag);
+    st_slowlink_free(&t->links);
     free(t->segs);
     free(t->ranges);
     strata_model_destroy(t->model);
@@ -170,6 +172,22 @@ static void zero_progress_cb(void *ctx)
     (void)strata_zero_progress(ctx); // an error repeats at the engine's next hook
 }
 
+/* Slow-link detection over the communicator's hosts (the fabric's "host" level, else its
+ * innermost). */
+static strata_status_t init_slowlink(strata_trainer_t *t, const strata_comm_t *comm)
+{
+    const strata_fabric_t *f = strata_comm_fabric(comm);
+    int level = ST_MAX(strata_topo_find_level(&f->topo, "host"), 0);
+    int *host = malloc((size_t)t->nranks * sizeof *host);
+    if (!host)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    for (int r = 0; r < t->nranks; r++)
+        host[r] = strata_fabric_unit(f, level, r);
+    strata_status_t rc = st_slowlink_init(&t->links, t->cfg.straggler_window, t->nranks, host);
+    free(host);
+    return rc;
+}
+
 strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *comm,
                                           const strata_zero_config_t *zc)
 {
@@ -208,6 +226,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
     ST_TRY(st_straggler_init(&t->strag, t->cfg.straggler_window, N));
+    ST_TRY(init_slowlink(t, comm));
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);
     double halves[2] = {r == 0 ? (double)(id >> 32) : 0, r == 0 ? (double)(id & 0xffffffffu) : 0};
@@ -421,7 +440,7 @@ static strata_status_t all_sum_cb(void *ctx, double *v, int n)
 strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *info)
 {
     uint64_t t0 = st_now_ns();
-    strata_step_info_t s = {.straggler = -1};
+    strata_step_info_t s = {.straggler = -1, .slow_link_from = -1, .slow_link_to = -1};
     if (t->zero) {
         st_straggler_begin(&t->strag, t->comm);
         ST_TRY(dist_step(t, &s));
@@ -456,6 +475,11 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
                                 t->nranks));
         s.straggler = t->strag.flagged;
         s.straggler_ratio = (float)t->strag.ratio;
+        ST_TRY(st_slowlink_end(&t->links, t->comm, all_sum_cb, t, t->rank));
+        s.slow_link_from = t->links.flagged.from;
+        s.slow_link_to = t->links.flagged.to;
+        s.slow_link_MBps = (float)(t->links.flagged.rate / 1e6);
+        s.slow_link_median_MBps = (float)(t->links.flagged.median / 1e6);
     }
     if (info)
         *info = s;
@@ -493,13 +517,17 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
         bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
     int eta = (int)eta_s;
-    char slow[64] = "";
+    char slow[64] = "", link[96] = "";
     if (s->straggler >= 0)
         snprintf(slow, sizeof slow, "| straggler: rank %d (%.1fx) ", s->straggler,
                  (double)s->straggler_ratio);
+    if (s->slow_link_from >= 0)
+        snprintf(link, sizeof link, "| slow link: rank %d -> %d (%.2f MB/s, others %.1f) ",
+                 s->slow_link_from, s->slow_link_to, (double)s->slow_link_MBps,
+                 (double)s->slow_link_median_MBps);
     fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
-            "ETA %d:%02d:%02d %s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps, mfu * 100,
-            eta / 3600, eta / 60 % 60, eta % 60, slow);
+            "ETA %d:%02d:%02d %s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
+            mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, slow, link);
     if (last)
         fputc('\n', stderr);
     fflush(stderr);
@@ -543,6 +571,11 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     if (s->straggler >= 0) {
         fprintf(f, ",\"straggler\":%d", s->straggler);
         put_num(f, "straggler_x", s->straggler_ratio, 3, false);
+    }
+    if (s->slow_link_from >= 0) {
+        fprintf(f, ",\"slow_link\":[%d,%d]", s->slow_link_from, s->slow_link_to);
+        put_num(f, "slow_link_MBps", s->slow_link_MBps, 3, false);
+        put_num(f, "slow_link_median_MBps", s->slow_link_median_MBps, 3, false);
     }
     if (t->strag.window_ended) { // every rank's busy time per step over the window just ended
         fputs(",\"rank_busy_ms\":[", f);

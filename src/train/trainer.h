@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "strata/train.h"
+#include "train/slowlink.h"
 #include "train/straggler.h"
 
 struct strata_trainer {
@@ -35,6 +36,7 @@ struct strata_trainer {
     int nranges, rank, nranks;
     size_t state_count; /* elements of m and v */
     st_straggler_t strag; /* distributed: which rank the others wait for */
+    st_slowlink_t links;  /* distributed: which link runs far below the others */
 };
 
 /* Sums n doubles over the ranks in place (in the engine's collective order); nothing to do in one

@@ -3,7 +3,12 @@
 # links): hierarchical and tree-order collectives give correct results over real TCP between
 # "hosts" in 2 racks and in a 3-level tree, the cost model picks the hierarchical allreduce for
 # large messages on the rack-oblivious numbering, and `strata probe` writes a cluster file that
-# loads. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
+# loads. With --launch, a `strata launch` job's ranks enter their hosts (emu_enter.sh): each rank
+# runs in its own host with its address, path and the store at rank 0's host, a collective over
+# the emulated links is right, a rank that kills itself is named by the launcher's verdict (the pid
+# it watches is the rank's), and SIGTERM to the script reaches the launcher, which stops the
+# trainer with a final checkpoint, and leaves no namespace behind. Skips (exit 77) where network
+# namespaces cannot be made (not root, no netns or tbf).
 #
 #   bash tests/cli/emu_cluster.sh path/to/strata
 set -u
@@ -63,6 +68,59 @@ bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --
 check "3 levels (2 zones x 2 racks x 1 host x 2 ranks): collectives ran" $?
 [ "$(grep -c 'all results correct' "$out")" -eq 2 ]
 check "3 levels: every result correct" $?
+
+# --launch: the ranks of one `strata launch` enter their hosts.
+cat >"$TMP/whoami.sh" <<'EOF2'
+#!/bin/sh
+echo "rank $RANK at $(ip -o -4 addr show dev eth0 | awk '{print $4}') store $STRATA_STORE_ADDR path $STRATA_TOPO_PATH"
+EOF2
+chmod +x "$TMP/whoami.sh"
+out=$TMP/launch.txt
+bash "$EMU" --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/whoami.sh" >"$out" 2>&1
+check "--launch: the job ran" $?
+ok=0
+for r in 0 1 2; do
+    grep -qE "^rank $r at 10\.99\.0\.$((r + 1))/16 store 10\.99\.0\.1:[0-9]+ path rack0/host$r\$" "$out" || ok=1
+done
+check "--launch: each rank in its own host, its path set, the store at rank 0's host" $ok
+
+out=$TMP/launch_bench.txt
+bash "$EMU" --racks 1 --hosts 3 \
+    --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $B allreduce --sizes 1M -n 2 -w 1" \
+    >"$out" 2>&1
+check "--launch: an allreduce over the emulated links ran" $?
+grep -q "all results correct" "$out"
+check "--launch: and is correct" $?
+
+cat >"$TMP/die2.sh" <<EOF2
+#!/bin/sh
+[ "\$RANK" = 2 ] && kill -9 \$\$
+exec $B allreduce --sizes 1M -n 1000000 -w 1
+EOF2
+chmod +x "$TMP/die2.sh"
+out=$TMP/launch_kill.txt
+bash "$EMU" --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/die2.sh" \
+    >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -qE "^strata launch: rank 2 \(pid [0-9]+\) was killed by signal SIGKILL \(not sent by the launcher\)" "$out"
+check "--launch: a rank killing itself in its host is named by the verdict (rc=$rc)" $?
+
+# SIGTERM to the script: the launcher forwards it, the trainer checkpoints and exits 0, launch 143.
+out=$TMP/launch_term.txt
+bash "$EMU" --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" \
+    $STRATA train --data $ROOT/data/corpus/strata_tales.txt --layers 1 --heads 1 --dim 16 --seq 16 \
+    --batch 6 --threads 1 --steps 1000000 --quiet --ckpt-dir $TMP/ck --metrics $TMP/m.jsonl" \
+    >"$out" 2>&1 &
+emu=$!
+for _ in $(seq 1 1200); do [ -s "$TMP/m.jsonl" ] && break; sleep 0.1; done
+kill -TERM $emu
+wait $emu
+rc=$?
+[ $rc -eq 143 ] && grep -q "got SIGTERM, forwarding it to 3 ranks" "$out" &&
+    grep -q "stopped by SIGTERM after step .* checkpoint step .* written" "$out"
+check "--launch: SIGTERM reaches the launcher and the trainer checkpoints (rc=$rc)" $?
+! ip netns list | grep -q "^se$emu"
+check "--launch: no namespace left behind" $?
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,5 +1,5 @@
-/* Point-to-point, non-blocking overlap, splits, every registered algorithm forced in turn, and the
- * per-process statistics that find stragglers. */
+/* Point-to-point, non-blocking overlap, splits, every registered algorithm forced in turn, the
+ * per-process statistics that find stragglers and the link meters that find slow links. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +274,72 @@ static void test_stats(void **state)
             fail_msg("%d ranks failed", sizes[i]);
 }
 
+/* The link meters over TCP with 64 KiB socket buffers (3 ranks): rank 0 sends rank 1 three
+ * messages of 1 MiB, which cannot sit whole in a socket, so each arrives in several reads and is
+ * timed: 3 messages, all but what a first read can hold of each, a positive time. Rank 2's three
+ * 16 KiB messages are below the size worth timing, and a rank has no link to itself. Every rank
+ * can say where every other runs: its address and the path it was given. */
+static int link_stats(int rank, int n, void *arg)
+{
+    (void)arg;
+    char path[32];
+    snprintf(path, sizeof path, "rack%d/host%d", rank / 2, rank);
+    if (setenv("STRATA_TOPO_PATH", path, 1) != 0)
+        return ST_RANK_FAIL("setenv");
+    strata_comm_t *c = st_test_comm();
+    const size_t big = 1u << 20, small = 16u << 10;
+    char *buf = calloc(big, 1);
+    for (int i = 0; i < 3; i++) {
+        if (rank == 0)
+            ST_RANK_CHECK_OK(strata_send(c, buf, big, STRATA_DTYPE_U8, 1, 7));
+        if (rank == 2)
+            ST_RANK_CHECK_OK(strata_send(c, buf, small, STRATA_DTYPE_U8, 1, 8));
+        if (rank == 1) {
+            ST_RANK_CHECK_OK(strata_recv(c, buf, big, STRATA_DTYPE_U8, 0, 7));
+            ST_RANK_CHECK_OK(strata_recv(c, buf, small, STRATA_DTYPE_U8, 2, 8));
+        }
+    }
+    free(buf);
+    strata_link_stats_t ls[3];
+    for (int r = 0; r < n; r++)
+        ST_RANK_CHECK_OK(strata_comm_link_stats(c, r, &ls[r]));
+    if (rank == 1 && (ls[0].messages != 3 || ls[0].bytes > 3 * big ||
+                      ls[0].bytes < 3 * (big - (256u << 10)) || !(ls[0].seconds > 0)))
+        return ST_RANK_FAIL("from rank 0: %llu messages, %llu bytes in %g s; expected 3 of 1 MiB",
+                            (unsigned long long)ls[0].messages, (unsigned long long)ls[0].bytes,
+                            ls[0].seconds);
+    for (int r = 0; r < n; r++)
+        if ((rank != 1 || r != 0) && (ls[r].messages || ls[r].bytes || ls[r].seconds != 0))
+            return ST_RANK_FAIL("from rank %d: %llu messages timed, none expected", r,
+                                (unsigned long long)ls[r].messages);
+    for (int r = 0; r < n; r++) {
+        char where[256], want[64];
+        ST_RANK_CHECK_OK(strata_comm_rank_where(c, r, where, sizeof where));
+        snprintf(want, sizeof want, " 127.0.0.1, rack%d/host%d", r / 2, r);
+        if (strncmp(where, "host ", 5) != 0 || !strstr(where, want))
+            return ST_RANK_FAIL("rank %d is '%s', expected 'host <name>%s'", r, where, want);
+    }
+    char where[64];
+    if (strata_comm_link_stats(c, n, &ls[0]) != STRATA_ERR_INVALID_ARG ||
+        strata_comm_link_stats(c, 0, NULL) != STRATA_ERR_INVALID_ARG ||
+        strata_comm_rank_where(c, -1, where, sizeof where) != STRATA_ERR_INVALID_ARG ||
+        strata_comm_rank_where(NULL, 0, where, sizeof where) != STRATA_ERR_INVALID_ARG)
+        return ST_RANK_FAIL("a bad rank or a NULL argument accepted");
+    ST_RANK_CHECK_OK(strata_barrier(c));
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static void test_link_stats(void **state)
+{
+    (void)state;
+    st_ranks_opts_t o = {.deadline_ms = 120000,
+                         .extra_env = "STRATA_COMM_TRANSPORT=tcp;STRATA_TCP_BUF_BYTES=65536",
+                         .expect_fail_rank = -1};
+    if (st_test_ranks(3, link_stats, NULL, &o) != 0)
+        fail_msg("3 ranks over tcp failed");
+}
+
 static void test_p2p(void **state)
 {
     (void)state;
@@ -324,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_p2p),   cmocka_unit_test(test_p2p_tcp),
         cmocka_unit_test(test_overlap), cmocka_unit_test(test_split),
         cmocka_unit_test(test_forced_algos), cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_link_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,8 +41,9 @@ static void usage(FILE *f)
             "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
             "  --bucket N         floats per gradient bucket [engine default]\n"
-            "  --straggler-window N   steps per straggler window; a rank 20%% busier than the\n"
-            "                     others in 3 windows in a row is flagged [20; 0 = off]\n");
+            "  --straggler-window N   steps per straggler and slow-link window; a rank 20%%\n"
+            "                     busier than the others, or a TCP link 8x slower than the\n"
+            "                     others, in 3 windows in a row is flagged [20; 0 = off]\n");
 }
 
 /* The signal that asked to stop (0 = none); the trainer reads it once per step. */

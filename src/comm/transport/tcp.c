@@ -16,7 +16,8 @@
  * Sockets are non-blocking; a message is a 16-byte header (tag, size) followed by its bytes,
  * streamed straight from the sender's buffer and, for plain receives, straight into the receiver's
  * buffer. A receive that reduces goes through a staging buffer, reducing whole elements as they
- * arrive, so large messages are pipelined either way.
+ * arrive, so large messages are pipelined either way. Large messages are timed on the way, from
+ * the kernel's receive stamps, for the per-link meter (strata_comm_link_stats).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -75,6 +76,9 @@ typedef struct tcp_conn {
     uint64_t rx_tag;
     size_t rx_bytes, rx_got, rx_delivered;
     st_msg_t *rx_cur;
+    size_t rx_first_got;  /* a timed message: bytes its first read brought (0: not begun) */
+    uint64_t rx_first_ns; /* ... and when the last of them arrived */
+    bool rx_stamped;      /* ... by the kernel's stamp (else the clock at the read) */
     char *stage;
 } tcp_conn_t;
 
@@ -298,12 +302,65 @@ static strata_status_t push_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
     return STRATA_OK;
 }
 
+/* recv() that also says when the last byte it read arrived: the kernel's receive stamp
+ * (SO_TIMESTAMPNS, set on every receiving socket), nanoseconds of the realtime clock; 0 when there
+ * is none. */
+static ssize_t recv_stamped(int fd, void *buf, size_t len, uint64_t *arrived_ns)
+{
+    struct iovec iov = {buf, len};
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
+    *arrived_ns = 0;
+    for (struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+            *arrived_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        }
+    return r;
+}
+
+/* Meters the link from `peer` on a large message (strata_link_stats_t): the bytes after its first
+ * read, over the time from the arrival of that read's last byte to the arrival of the message's
+ * last byte, as the kernel stamped them. The clock starts with data in hand, so a late sender does
+ * not count; stamps say when bytes arrived, not when they were read, so a late reader does not
+ * either; and the bytes of the first read, which may have waited in the socket for a while, are
+ * left out. Without stamps the clock at the reads stands in; a message that arrives whole in one
+ * read is not timed. */
+static void time_payload(st_peer_t *peer, tcp_conn_t *c, size_t got, bool last,
+                         uint64_t arrived_ns)
+{
+    if (c->rx_first_got == 0) { // the first read
+        if (!last) {
+            c->rx_first_got = got;
+            c->rx_stamped = arrived_ns != 0;
+            c->rx_first_ns = c->rx_stamped ? arrived_ns : st_now_ns();
+        }
+        return;
+    }
+    if (!last)
+        return;
+    uint64_t end_ns = c->rx_stamped ? arrived_ns : st_now_ns();
+    if (end_ns > c->rx_first_ns) { // else a stamp went missing
+        peer->rx_meter.messages++;
+        peer->rx_meter.bytes += c->rx_bytes - c->rx_first_got;
+        peer->rx_meter.ns += end_ns - c->rx_first_ns;
+    }
+    c->rx_first_got = 0;
+}
+
 /* Reads what the socket holds for the message being received; returns false when it would block. */
 static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c, bool *more,
                                     bool *moved)
 {
     st_msg_t *m = c->rx_cur;
     bool staged = m->reduce && !m->unexpected;
+    bool timed = c->rx_bytes >= STRATA_LINK_TIMED_BYTES;
     size_t want = c->rx_bytes - c->rx_got;
     char *dst;
     if (staged) {
@@ -315,7 +372,10 @@ static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c,
     } else {
         dst = (char *)m->rbuf + c->rx_got;
     }
-    ssize_t r = want ? recv(c->rx_fd, dst, want, MSG_DONTWAIT) : 0;
+    uint64_t arrived_ns = 0;
+    ssize_t r = want == 0 ? 0
+                : timed   ? recv_stamped(c->rx_fd, dst, want, &arrived_ns)
+                          : recv(c->rx_fd, dst, want, MSG_DONTWAIT);
     if (want && r <= 0) {
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
             *more = false;
@@ -326,6 +386,8 @@ static strata_status_t pull_payload(st_ep_t *ep, st_peer_t *peer, tcp_conn_t *c,
     *moved = true;
     c->rx_got += (size_t)r;
     bool last = c->rx_got == c->rx_bytes;
+    if (timed)
+        time_payload(peer, c, (size_t)r, last, arrived_ns);
     size_t ready = c->rx_got - c->rx_delivered;
     if (staged && !last)
         ready -= ready % m->esize; // reduce whole elements only; keep the rest staged
@@ -374,6 +436,7 @@ static strata_status_t pull_recvs(st_ep_t *ep, st_transport_t *t, st_peer_t *pee
             c->rx_tag = hdr[0];
             c->rx_bytes = hdr[1];
             c->rx_got = c->rx_delivered = 0;
+            c->rx_first_got = 0;
         }
         if (!c->rx_cur) {
             c->rx_cur = st_ep_match(ep, peer, c->rx_tag, c->rx_bytes, drain);
@@ -433,6 +496,8 @@ static strata_status_t adopt(st_ep_t *ep, st_transport_t *t, int fd, int rank)
     if (c->rx_fd >= 0)
         close(c->rx_fd);
     tune_socket(t, fd);
+    int one = 1; // receive stamps for the link meter (time_payload); without them, the clock
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     c->rx_fd = fd;
     return STRATA_OK;
 }
