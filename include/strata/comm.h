@@ -308,6 +308,13 @@ STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_co
  * strata_fabric_unit(f, level, rank). */
 STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm);
 
+/* How the communicator's fabric links were calibrated at creation (link_calib.h): done = false
+ * when they were not (a cluster file gave them, every rank is on one host, or
+ * STRATA_TOPO_CALIBRATE=off); otherwise the per-level measurements, the levels fitted from them
+ * (the same on every rank; strata_comm_fabric's levels) and what measuring cost. A split reports
+ * its parent's. Owned by the communicator; NULL only for a NULL comm. */
+STRATA_API const struct strata_link_calib *strata_comm_calibration(const strata_comm_t *comm);
+
 /* The network cost model's prediction, in seconds, of `coll` on `bytes` (sized as for
  * strata_comm_algo_for) with the algorithm strata_comm_algo_for names; negative when there is
  * none. On a communicator that knows its fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE) the plan

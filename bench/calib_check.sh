@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Automatic algorithm selection without a cluster file, on emulated clusters (bench/emu_cluster.sh).
+#
+# The ranks get only their paths (STRATA_TOPO_PATH, as a launcher gives them), so the communicator
+# calibrates the links at creation (STRATA_TOPO_CALIBRATE, docs/topology.md). For each shape and
+# size, allreduce runs with the model's own choice ("auto") and with every algorithm forced
+# (STRATA_COMM_ALGO), each beside the model's prediction; the table shows the automatic choice, its
+# time, the fastest forced algorithm and its time, their ratio, and the model's error on the
+# automatic choice (measured / predicted - 1) and the worst over all algorithms. The check passes
+# when auto is within 10% of the fastest forced algorithm and the model within 20% of the
+# measurement, at every size of every shape.
+#
+#   uneven   racks of 3 and 5 hosts, 800 Mbit/s NICs, 8:1 rack uplinks (300 / 500 Mbit/s)
+#   zones    2 zones x 2 racks x 2 hosts, 2:1 rack uplinks, 4:1 zone uplinks
+#   shm      2 racks x 2 hosts x 2 ranks (shared memory inside a host), 4:1 rack uplinks
+#
+# usage: bench/calib_check.sh [--sizes 1M,4M,16M,64M] [--iters N] [--shape NAME,...|all]
+#                             [--algos ring,ring_tree,hier,halving_doubling,recursive_doubling]
+# Needs root (network namespaces); exits 77 where they cannot be made, 1 when the check fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=1M,4M,16M,64M iters=2 shapes=all algos=ring,ring_tree,hier,halving_doubling,recursive_doubling
+while (($#)); do
+    case "$1" in
+    --sizes) sizes=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --shape) shapes=$2; shift 2 ;;
+    --algos) algos=$2; shift 2 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "calib_check: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+[ "$shapes" = all ] && shapes=uneven,zones,shm
+S=${STRATA_BIN:-$PWD/build/release/strata}
+if [ -z "${STRATA_BIN:-}" ]; then
+    cmake --preset release >/dev/null && cmake --build --preset release -j 2 >/dev/null
+fi
+out=$(mktemp -d /tmp/strata-calib.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+status=0
+run_shape() { # run_shape NAME emu-args...
+    local name=$1
+    shift
+    local res="$out/$name.jsonl"
+    local b="$S bench allreduce --sizes $sizes -n $iters -w 1 --json"
+    local runs=(--run "$b | sed 's/^/auto /' >>$res")
+    for algo in ${algos//,/ }; do
+        runs+=(--run "STRATA_COMM_ALGO=allreduce:$algo $b | sed 's/^/$algo /' >>$res")
+    done
+    echo "=== $name: $*" >&2
+    local rc=0
+    bash bench/emu_cluster.sh --path-only "$@" "${runs[@]}" || rc=$?
+    [ $rc -eq 0 ] || return $rc
+    /usr/bin/python3 - "$res" "$name" <<'EOF' || status=1
+import json, sys
+rows, calib = {}, []
+for line in open(sys.argv[1]):
+    tag, _, js = line.partition(" ")
+    try:
+        r = json.loads(js)
+    except ValueError:
+        continue
+    rows.setdefault(r["size_bytes"], {})[tag] = r
+    calib.append(r.get("calib_s", 0))
+print(f"# {sys.argv[2]}: allreduce, time in ms; links calibrated at creation in "
+      f"{min(calib):.2f}..{max(calib):.2f} s; err = measured / model - 1")
+print(f"{'size':>6} {'auto':>18} {'time':>8} {'model':>8} {'err':>5}   {'fastest forced':>18} "
+      f"{'time':>8} {'ratio':>6}   {'worst err (algo)':>24}")
+ok = True
+for size in sorted(rows):
+    by = rows[size]
+    a = by["auto"]
+    forced = {t: r for t, r in by.items() if t != "auto"}
+    best = min(forced, key=lambda t: forced[t]["time_us"])
+    ratio = a["time_us"] / forced[best]["time_us"]
+    err = lambda r: r["time_us"] / r["model_us"] - 1
+    worst = max(forced, key=lambda t: abs(err(forced[t])))
+    good = ratio <= 1.10 and abs(err(a)) <= 0.20
+    ok &= good
+    print(f"{size >> 20:>4}Mi {a['algo']:>18} {a['time_us'] / 1e3:8.1f} {a['model_us'] / 1e3:8.1f} "
+          f"{err(a):+5.0%}   {best:>18} {forced[best]['time_us'] / 1e3:8.1f} {ratio:6.2f}   "
+          f"{err(forced[worst]):+5.0%} ({worst:>16}){'' if good else '  <- FAIL'}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+for shape in ${shapes//,/ }; do
+    rc=0
+    case $shape in
+    uneven) run_shape uneven --rack-hosts 3,5 --host-mbit 800 --oversub 8 || rc=$? ;;
+    zones) run_shape zones --zones 2 --racks 2 --hosts 2 --host-mbit 800 --oversub 2 --zone-oversub 4 || rc=$? ;;
+    shm) run_shape shm --racks 2 --hosts 2 --ranks-per-host 2 --host-mbit 800 --oversub 4 || rc=$? ;;
+    *) echo "calib_check: unknown shape '$shape' (uneven, zones, shm)" >&2; exit 2 ;;
+    esac
+    [ $rc -eq 77 ] && exit 77
+    [ $rc -eq 0 ] || status=1
+done
+exit $status
