@@ -5,9 +5,9 @@
  *
  *   1. a pair (a, b) meeting at that level, from the two largest child units of one unit (so a
  *      small unit's uplink limits it least: pick_units), opens its connection, then a 20-round
- *      ping-pong (latency) and one stream a -> b (bandwidth) sized from a 1-chunk trial to last
- *      about STRATA_TOPO_CALIBRATE_MS;
- *   2. a broadcasts what it measured;
+ *      ping-pong (latency) and streams a -> b of 1, 2, 4, ... chunks until one lasts half of
+ *      STRATA_TOPO_CALIBRATE_MS (bandwidth, from the last);
+ *   2. an allreduce (max) hands a's numbers to every rank, exactly;
  *   3. above the host level, the k ranks of a's child unit stream at once to k partners in b's
  *      (k = the smaller unit's size; 2 x the single stream's bytes in all), the slowest time taken
  *      by an allreduce: what the uplink carries.
@@ -25,7 +25,7 @@
 enum { TAG_HDR = 0x7ca10, TAG_DATA, TAG_ACK, TAG_PING };
 
 #define CHUNK      (512u << 10) /* bytes per message of a stream */
-#define MAX_CHUNKS 128          /* a stream moves at most 64 MiB */
+#define MAX_CHUNKS 64           /* a stream moves at most 32 MiB */
 #define LAT_ROUNDS 20           /* timed ping-pong round trips (after 3 untimed) */
 
 strata_status_t st_calib_wish(bool have_levels, int *wish)
@@ -187,16 +187,17 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     if (nu == 0)
         return STRATA_OK;
     const int me = strata_comm_rank(c), a = u[0], b = v[0];
-    double res[3] = {0, 0, 0}, secs; // latency, bytes, seconds: measured on a, then broadcast
+    double res[3] = {0, 0, 0}, secs; // latency, bytes, seconds: measured on a, 0 elsewhere
     int64_t got = 0;
-    ST_TRY(strata_barrier(c));
+    // No barrier first: the collective that ended the previous step (the placement's allgather,
+    // the previous level's allreduce) returned only once every rank had entered it.
     if (me == a || me == b) // its untimed rounds open the connection
-        ST_TRY(pingpong(c, a, b, &res[0]));
+        ST_TRY(pingpong(c, a, b, me == a ? &res[0] : &secs));
     if (me == a)
         ST_TRY(bandwidth(c, b, buf, target_s, &res[1], &res[2]));
     while (me == b && got >= 0)
         ST_TRY(receive(c, a, buf, &got));
-    ST_TRY(strata_bcast(c, res, 3, STRATA_DTYPE_F64, a));
+    ST_TRY(strata_allreduce(c, res, res, 3, STRATA_DTYPE_F64, STRATA_OP_MAX)); // a's, exactly
     *s = (strata_link_sample_t){.measured = true, .a = a, .b = b, .latency_s = res[0],
                                 .bytes = res[1], .secs = res[2]};
     const int k = ST_MIN(nu, nv);
@@ -247,13 +248,17 @@ strata_status_t st_comm_calibrate(strata_comm_t *c, strata_fabric_t *f, strata_l
     }
     free(buf);
     free(u);
-    if (rc == STRATA_OK)
-        rc = strata_link_calib_fit(&f->topo, out->sample);
     if (rc < 0)
         return rc;
+    out->seconds = now_s() - t0;
+    memcpy(out->level, f->topo.level, sizeof out->level);
+    // Every rank holds the same samples, so every rank keeps or drops them alike.
+    if (strata_link_calib_fit(&f->topo, out->sample) < 0) {
+        ST_LOG_WARN(ST_SUB_TOPO, "keeping the default links: %s", strata_last_error());
+        return STRATA_OK;
+    }
     memcpy(out->level, f->topo.level, sizeof out->level);
     out->done = true;
-    out->seconds = now_s() - t0;
     ST_LOG_INFO(ST_SUB_TOPO, "calibrated the fabric's links in %.3f s", out->seconds);
     return STRATA_OK;
 }

@@ -2,8 +2,11 @@
 # strata on an emulated cluster (bench/emu_cluster.sh: network namespaces, bridges, tbf-shaped
 # links): hierarchical and tree-order collectives give correct results over real TCP between
 # "hosts" in 2 racks and in a 3-level tree, the cost model picks the hierarchical allreduce for
-# large messages on the rack-oblivious numbering, and `strata probe` writes a cluster file that
-# loads. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
+# large messages on the rack-oblivious numbering, `strata probe` writes a cluster file that
+# loads, and with no cluster file at all (only each rank's path) on racks of unequal size the
+# links are calibrated at creation and the model still picks hier (with strata's default links it
+# picked halving-doubling, 3x slower there). Skips (exit 77) where network namespaces cannot be
+# made (not root, no netns or tbf).
 #
 #   bash tests/cli/emu_cluster.sh path/to/strata
 set -u
@@ -54,6 +57,17 @@ grep -E '^ +8 .* (recursive_doubling|halving_doubling) ' "$out" >/dev/null
 check "and a latency algorithm for 8 bytes" $?
 "$STRATA" topo show "$TMP/probed.json" 2>&1 | grep -qE '^ +spine +2 +4 '
 check "probe wrote a cluster file that loads, with the spine level" $?
+
+out=$TMP/uneven.txt
+bash "$EMU" --rack-hosts 3,5 --host-mbit 800 --oversub 8 --path-only \
+    --run "$B allreduce --sizes 8,4M -n 1 -w 1" >"$out" 2>&1
+check "racks of 3 and 5 hosts, paths only: the benchmark ran" $?
+grep -q "^# links calibrated at creation" "$out"
+check "racks of 3 and 5 hosts, paths only: the links were calibrated at creation" $?
+grep -E '^ +4194304 .* hier ' "$out" >/dev/null
+check "racks of 3 and 5 hosts, paths only: the cost model picks hier for 4 MiB" $?
+grep -q "all results correct" "$out"
+check "racks of 3 and 5 hosts, paths only: results correct" $?
 
 out=$TMP/3level.txt
 bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --oversub 2 \
