@@ -16,17 +16,21 @@
 #
 # usage: bench/calib_check.sh [--sizes 1M,4M,16M,64M] [--iters N] [--shape NAME,...|all]
 #                             [--algos ring,ring_tree,hier,halving_doubling,recursive_doubling]
+#                             [--no-calibration]   (STRATA_TOPO_CALIBRATE=off: strata's default
+#                                                   links, what the model priced with before)
 # Needs root (network namespaces); exits 77 where they cannot be made, 1 when the check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=1M,4M,16M,64M iters=2 shapes=all algos=ring,ring_tree,hier,halving_doubling,recursive_doubling
+calib=auto
 while (($#)); do
     case "$1" in
     --sizes) sizes=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --shape) shapes=$2; shift 2 ;;
     --algos) algos=$2; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    --no-calibration) calib=off; shift ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "calib_check: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -43,10 +47,10 @@ run_shape() { # run_shape NAME emu-args...
     local name=$1
     shift
     local res="$out/$name.jsonl"
-    local b="$S bench allreduce --sizes $sizes -n $iters -w 1 --json"
+    local b="STRATA_TOPO_CALIBRATE=$calib $S bench allreduce --sizes $sizes -n $iters -w 1 --json"
     local runs=(--run "$b | sed 's/^/auto /' >>$res")
     for algo in ${algos//,/ }; do
-        runs+=(--run "STRATA_COMM_ALGO=allreduce:$algo $b | sed 's/^/$algo /' >>$res")
+        runs+=(--run "export STRATA_COMM_ALGO=allreduce:$algo; $b | sed 's/^/$algo /' >>$res")
     done
     echo "=== $name: $*" >&2
     local rc=0
@@ -63,8 +67,9 @@ for line in open(sys.argv[1]):
         continue
     rows.setdefault(r["size_bytes"], {})[tag] = r
     calib.append(r.get("calib_s", 0))
-print(f"# {sys.argv[2]}: allreduce, time in ms; links calibrated at creation in "
-      f"{min(calib):.2f}..{max(calib):.2f} s; err = measured / model - 1")
+how = (f"links calibrated at creation in {min(calib):.2f}..{max(calib):.2f} s" if max(calib) > 0
+       else "links not calibrated (strata's defaults)")
+print(f"# {sys.argv[2]}: allreduce, time in ms; {how}; err = measured / model - 1")
 print(f"{'size':>6} {'auto':>18} {'time':>8} {'model':>8} {'err':>5}   {'fastest forced':>18} "
       f"{'time':>8} {'ratio':>6}   {'worst err (algo)':>24}")
 ok = True

@@ -55,6 +55,11 @@ typedef struct strata_link_calib {
     strata_topo_level_t level[STRATA_TOPO_MAX_LEVELS];   /* as fitted (unmeasured: as given) */
 } strata_link_calib_t;
 
+/* The rates a measured sample shows, bytes/s: one stream's (bw_Bps), and the concurrent streams'
+ * aggregate (0 when fewer than two pairs ran), as the fit computes them. */
+STRATA_API void strata_link_sample_rates(const strata_link_sample_t *s, double *bw_Bps,
+                                         double *agg_Bps);
+
 /* Fits one level from its sample as described above, writing latency_s, bw_Bps, oversub and
  * efficiency into *lv (which keeps its name, fanout and class). Errors: STRATA_ERR_INVALID_ARG
  * when the sample is not measured or not physical (latency < 0, no bytes, a time not above two

@@ -25,8 +25,17 @@
 enum { TAG_HDR = 0x7ca10, TAG_DATA, TAG_ACK, TAG_PING };
 
 #define CHUNK      (512u << 10) /* bytes per message of a stream */
-#define MAX_CHUNKS 64           /* a stream moves at most 32 MiB */
-#define LAT_ROUNDS 20           /* timed ping-pong round trips (after 3 untimed) */
+#define MAX_CHUNKS 64           /* a sized-by-time stream moves at most 32 MiB */
+#define LAT_ROUNDS 20           /* timed ping-pong round trips by default (after 3 untimed) */
+#define MAX_ASKED  (1 << 16)    /* chunks a stream of a given size may have: 32 GiB */
+
+/* How one measurement runs: the ping-pong's round trips, and streams either of a given size or
+ * sized by time. */
+typedef struct plan {
+    int lat_rounds;
+    int64_t chunks; /* > 0: every stream has this many; 0: sized to last about target_s */
+    double target_s;
+} plan_t;
 
 strata_status_t st_calib_wish(bool have_levels, int *wish)
 {
@@ -74,7 +83,7 @@ static strata_status_t receive(strata_comm_t *c, int src, char *buf, int64_t *ch
     ST_TRY(strata_recv(c, chunks, 1, STRATA_DTYPE_I64, src, TAG_HDR));
     if (*chunks < 0)
         return STRATA_OK;
-    if (*chunks > MAX_CHUNKS)
+    if (*chunks > MAX_ASKED)
         return st_error(STRATA_ERR_INTERNAL, "calibration: rank %d announced %lld chunks", src,
                         (long long)*chunks);
     for (int64_t i = 0; i < *chunks; i++)
@@ -82,13 +91,13 @@ static strata_status_t receive(strata_comm_t *c, int src, char *buf, int64_t *ch
     return strata_send(c, &ack, 1, STRATA_DTYPE_U8, src, TAG_ACK);
 }
 
-/* One-way latency between a and b (on a): half the mean of LAT_ROUNDS round trips. */
-static strata_status_t pingpong(strata_comm_t *c, int a, int b, double *one_way)
+/* One-way latency between a and b (on a): half the mean of `rounds` round trips. */
+static strata_status_t pingpong(strata_comm_t *c, int a, int b, int rounds, double *one_way)
 {
     const int me = strata_comm_rank(c), peer = me == a ? b : a;
     char x[8] = {0};
     double t0 = 0;
-    for (int i = -3; i < LAT_ROUNDS; i++) {
+    for (int i = -3; i < rounds; i++) {
         if (i == 0)
             t0 = now_s();
         if (me == a) {
@@ -99,7 +108,7 @@ static strata_status_t pingpong(strata_comm_t *c, int a, int b, double *one_way)
             ST_TRY(strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
         }
     }
-    *one_way = (now_s() - t0) / LAT_ROUNDS / 2;
+    *one_way = (now_s() - t0) / rounds / 2;
     return STRATA_OK;
 }
 
@@ -159,16 +168,16 @@ static strata_status_t pick_units(const strata_fabric_t *f, int l, int *u, int *
     return STRATA_OK;
 }
 
-/* On a: the bandwidth stream to b. Streams of 1, 2, 4, ... chunks until one lasts half the
- * target: shorter ones mostly measure the switches' burst buffers and TCP's slow start. The last
- * one counts. */
-static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, double target_s,
+/* On a: the bandwidth stream to b. Sized by time: streams of 1, 2, 4, ... chunks until one lasts
+ * half the target (shorter ones mostly measure the switches' burst buffers and TCP's slow start),
+ * the last one counting. */
+static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, const plan_t *p,
                                  double *bytes, double *secs)
 {
-    int64_t chunks = 1;
+    int64_t chunks = p->chunks ? p->chunks : 1;
     for (;; chunks *= 2) {
         ST_TRY(send_stream(c, b, buf, chunks, secs));
-        if (*secs >= target_s / 2 || chunks * 2 > MAX_CHUNKS)
+        if (p->chunks || *secs >= p->target_s / 2 || chunks * 2 > MAX_CHUNKS)
             break;
     }
     *bytes = (double)chunks * CHUNK;
@@ -178,7 +187,7 @@ static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, double targ
 
 /* Measures level l into *s (every rank gets the same sample). */
 static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f, int l,
-                                     char *buf, int *u, int *v, double target_s,
+                                     char *buf, int *u, int *v, const plan_t *p,
                                      strata_link_sample_t *s)
 {
     int nu, nv;
@@ -192,9 +201,9 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     // No barrier first: the collective that ended the previous step (the placement's allgather,
     // the previous level's allreduce) returned only once every rank had entered it.
     if (me == a || me == b) // its untimed rounds open the connection
-        ST_TRY(pingpong(c, a, b, me == a ? &res[0] : &secs));
+        ST_TRY(pingpong(c, a, b, p->lat_rounds, me == a ? &res[0] : &secs));
     if (me == a)
-        ST_TRY(bandwidth(c, b, buf, target_s, &res[1], &res[2]));
+        ST_TRY(bandwidth(c, b, buf, p, &res[1], &res[2]));
     while (me == b && got >= 0)
         ST_TRY(receive(c, a, buf, &got));
     ST_TRY(strata_allreduce(c, res, res, 3, STRATA_DTYPE_F64, STRATA_OP_MAX)); // a's, exactly
@@ -203,9 +212,10 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     const int k = ST_MIN(nu, nv);
     if (l == 0 || k < 2)
         return STRATA_OK;
-    // Every rank of a's unit streams to a partner in b's at once, twice the single stream's bytes
-    // in all: connections first, then the timed streams together.
-    int64_t chunks = (int64_t)ceil(2 * res[1] / CHUNK / k);
+    // Every rank of a's unit streams to a partner in b's at once (twice the single stream's bytes
+    // in all when sized by time, as many each when given): connections first, then the timed
+    // streams together.
+    int64_t chunks = p->chunks ? p->chunks : (int64_t)ceil(2 * res[1] / CHUNK / k);
     int src = -1, dst = -1;
     for (int i = 0; i < k; i++)
         if (u[i] == me || v[i] == me) {
@@ -228,10 +238,11 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     return STRATA_OK;
 }
 
-strata_status_t st_comm_calibrate(strata_comm_t *c, strata_fabric_t *f, strata_link_calib_t *out)
+/* Measures every level of f that c's ranks span into out->sample. */
+static strata_status_t measure(strata_comm_t *c, const strata_fabric_t *f, const plan_t *p,
+                               strata_link_calib_t *out)
 {
     const double t0 = now_s();
-    const double target_s = (double)st_knob_int("STRATA_TOPO_CALIBRATE_MS", 50) / 1e3;
     memset(out, 0, sizeof *out);
     out->nlevels = f->topo.nlevels;
     char *buf = malloc(CHUNK);
@@ -242,25 +253,57 @@ strata_status_t st_comm_calibrate(strata_comm_t *c, strata_fabric_t *f, strata_l
         memset(buf, 0x5a, CHUNK);
     for (int l = 0; rc == STRATA_OK && l < f->topo.nlevels; l++) {
         double tl = now_s();
-        rc = measure_level(c, f, l, buf, u, u + f->nranks, target_s, &out->sample[l]);
+        rc = measure_level(c, f, l, buf, u, u + f->nranks, p, &out->sample[l]);
         ST_LOG_DEBUG(ST_SUB_TOPO, "calibration of level %s: %.3f s", f->topo.level[l].name,
                      now_s() - tl);
     }
     free(buf);
     free(u);
-    if (rc < 0)
-        return rc;
     out->seconds = now_s() - t0;
-    memcpy(out->level, f->topo.level, sizeof out->level);
-    // Every rank holds the same samples, so every rank keeps or drops them alike.
-    if (strata_link_calib_fit(&f->topo, out->sample) < 0) {
-        ST_LOG_WARN(ST_SUB_TOPO, "keeping the default links: %s", strata_last_error());
+    return rc;
+}
+
+/* Fits out->level from out->sample (f's levels where nothing was measured); out->done on success.
+ * Every rank holds the same samples, so every rank succeeds or fails alike. */
+static strata_status_t fit(const strata_fabric_t *f, strata_link_calib_t *out)
+{
+    strata_topo_t fitted = f->topo;
+    strata_status_t rc = strata_link_calib_fit(&fitted, out->sample);
+    memcpy(out->level, fitted.level, sizeof out->level);
+    out->done = rc == STRATA_OK;
+    return rc;
+}
+
+strata_status_t st_comm_calibrate(strata_comm_t *c, strata_fabric_t *f, strata_link_calib_t *out)
+{
+    const plan_t p = {.lat_rounds = LAT_ROUNDS,
+                      .target_s = (double)st_knob_int("STRATA_TOPO_CALIBRATE_MS", 50) / 1e3};
+    ST_TRY(measure(c, f, &p, out));
+    if (fit(f, out) < 0) { // measured, but nothing physical came back: keep the links alike
+        ST_LOG_WARN(ST_SUB_TOPO, "keeping the fabric's links unmeasured: %s", strata_last_error());
         return STRATA_OK;
     }
-    memcpy(out->level, f->topo.level, sizeof out->level);
-    out->done = true;
+    memcpy(f->topo.level, out->level, sizeof f->topo.level);
     ST_LOG_INFO(ST_SUB_TOPO, "calibrated the fabric's links in %.3f s", out->seconds);
     return STRATA_OK;
+}
+
+strata_status_t strata_comm_measure_links(strata_comm_t *comm, int lat_rounds, size_t stream_bytes,
+                                          strata_link_calib_t *out)
+{
+    if (!comm || !out || lat_rounds < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_comm_measure_links: expected a "
+                                                "communicator, a result and lat_rounds >= 0");
+    int64_t chunks = (int64_t)((stream_bytes + CHUNK - 1) / CHUNK);
+    if (chunks > MAX_ASKED)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_comm_measure_links: a stream of %zu bytes is over %lld MiB",
+                        stream_bytes, (long long)MAX_ASKED * CHUNK >> 20);
+    const plan_t p = {.lat_rounds = lat_rounds ? lat_rounds : LAT_ROUNDS,
+                      .chunks = chunks,
+                      .target_s = (double)st_knob_int("STRATA_TOPO_CALIBRATE_MS", 50) / 1e3};
+    ST_TRY(measure(comm, &comm->topo->fabric, &p, out));
+    return fit(&comm->topo->fabric, out);
 }
 
 const strata_link_calib_t *strata_comm_calibration(const strata_comm_t *comm)

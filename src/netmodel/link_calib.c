@@ -36,12 +36,18 @@ static strata_status_t check(const strata_link_sample_t *s, const char *level)
     return STRATA_OK;
 }
 
+void strata_link_sample_rates(const strata_link_sample_t *s, double *bw_Bps, double *agg_Bps)
+{
+    *bw_Bps = rate(s->bytes, s->secs, s->latency_s);
+    *agg_Bps = s->pairs >= 2 ? s->pairs * rate(s->pair_bytes, s->pair_secs, s->latency_s) : 0;
+}
+
 strata_status_t strata_link_calib_fit_level(const strata_link_sample_t *s, strata_topo_level_t *lv)
 {
     ST_TRY(check(s, lv->name));
-    double bw = rate(s->bytes, s->secs, s->latency_s), oversub = 1;
+    double bw, agg, oversub = 1;
+    strata_link_sample_rates(s, &bw, &agg);
     if (s->pairs >= 2) {
-        double agg = s->pairs * rate(s->pair_bytes, s->pair_secs, s->latency_s);
         oversub = s->pairs * bw / agg;
         oversub = oversub > 1 ? oversub : 1; // pairs never share less than one stream got alone
     }
@@ -74,10 +80,11 @@ void strata_link_calib_describe(const strata_link_calib_t *calib, FILE *f)
             continue;
         }
         char pair[32], agg[32] = "-";
+        double bw, agg_Bps;
+        strata_link_sample_rates(s, &bw, &agg_Bps);
         snprintf(pair, sizeof pair, "%d-%d", s->a, s->b);
         if (s->pairs >= 2)
-            snprintf(agg, sizeof agg, "%.1f",
-                     s->pairs * rate(s->pair_bytes, s->pair_secs, s->latency_s) / 1e6);
+            snprintf(agg, sizeof agg, "%.1f", agg_Bps / 1e6);
         fprintf(f, "%-8s %9s %12.1f %14.1f %6d %14s %8.2f\n", lv->name, pair, lv->latency_s * 1e6,
                 lv->bw_Bps / 1e6, s->pairs >= 2 ? s->pairs : 1, agg, lv->oversub);
     }

@@ -44,7 +44,7 @@ bash "$EMU" --racks 2 --hosts 2 --host-mbit 1000 --oversub 4 \
     --run "STRATA_COMM_ALGO=reduce_scatter:hier $B reduce_scatter --sizes 1M -n 2 -w 1 -o avg" \
     --run "STRATA_COMM_ALGO=allgather:hier $B allgather --sizes 1M -n 2 -w 1" \
     --run "$B allreduce --sizes 8,4M -n 2 -w 1" \
-    --run "$STRATA probe --bytes 256K --iters 2 --lat-iters 20 --out $TMP/probed.json >/dev/null" \
+    --run "$STRATA probe --bytes 512K --lat-iters 20 --out $TMP/probed.json >/dev/null" \
     >"$out" 2>&1
 check "2 racks x 2 hosts: every collective ran" $?
 grep -q "CHECK FAILED\|FAIL" "$out"
