@@ -48,11 +48,11 @@ typedef struct strata_link_sample {
 
 /* The calibration of a fabric's levels: the samples, and the levels fitted from them. */
 typedef struct strata_link_calib {
-    bool done;                                           /* levels were calibrated */
-    double seconds;                                      /* what measuring cost (wall clock) */
+    bool done;      /* levels were calibrated */
+    double seconds; /* what measuring cost (wall clock) */
     int nlevels;
     strata_link_sample_t sample[STRATA_TOPO_MAX_LEVELS];
-    strata_topo_level_t level[STRATA_TOPO_MAX_LEVELS];   /* as fitted (unmeasured: as given) */
+    strata_topo_level_t level[STRATA_TOPO_MAX_LEVELS]; /* as fitted (unmeasured: as given) */
 } strata_link_calib_t;
 
 /* The rates a measured sample shows, bytes/s: one stream's (bw_Bps), and the concurrent streams'
@@ -66,13 +66,13 @@ STRATA_API void strata_link_sample_rates(const strata_link_sample_t *s, double *
  * latencies, a concurrent test without bytes or time); the message names the level and the field,
  * and *lv is unchanged. */
 STRATA_API strata_status_t strata_link_calib_fit_level(const strata_link_sample_t *s,
-                                                  strata_topo_level_t *lv);
+                                                       strata_topo_level_t *lv);
 
 /* Fits every measured level of `levels` (samples[l] for level l, l < levels->nlevels) in place;
  * levels without a measured sample keep theirs. On error (the first bad sample) `levels` is
  * unchanged. */
 STRATA_API strata_status_t strata_link_calib_fit(strata_topo_t *levels,
-                                            const strata_link_sample_t *samples);
+                                                 const strata_link_sample_t *samples);
 
 /* Writes a table of the calibration: per level the pair, latency, bandwidth, concurrent pairs,
  * their aggregate and the oversubscription fitted. */

@@ -5,8 +5,8 @@
  *
  *   1. a pair (a, b) meeting at that level, from the two largest child units of one unit (so a
  *      small unit's uplink limits it least: pick_units), opens its connection, then a 20-round
- *      ping-pong (latency) and streams a -> b of 1, 2, 4, ... chunks until one lasts half of
- *      STRATA_TOPO_CALIBRATE_MS (bandwidth, from the last);
+ *      ping-pong (latency: the median) and streams a -> b of 1, 2, 4, ... chunks until one lasts
+ *      half of STRATA_TOPO_CALIBRATE_MS, that size twice (bandwidth: the faster);
  *   2. an allreduce (max) hands a's numbers to every rank, exactly;
  *   3. above the host level, the k ranks of a's child unit stream at once to k partners in b's
  *      (k = the smaller unit's size; 2 x the single stream's bytes in all), the slowest time taken
@@ -91,25 +91,42 @@ static strata_status_t receive(strata_comm_t *c, int src, char *buf, int64_t *ch
     return strata_send(c, &ack, 1, STRATA_DTYPE_U8, src, TAG_ACK);
 }
 
-/* One-way latency between a and b (on a): half the mean of `rounds` round trips. */
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* One-way latency between a and b (on a): half the median of `rounds` round trips, so that a rank
+ * descheduled for a few of them (a shared or oversubscribed machine) does not set it. */
 static strata_status_t pingpong(strata_comm_t *c, int a, int b, int rounds, double *one_way)
 {
     const int me = strata_comm_rank(c), peer = me == a ? b : a;
+    double *rt = malloc((size_t)rounds * sizeof *rt);
+    if (!rt)
+        return st_error(STRATA_ERR_NO_MEMORY, "calibration: out of memory");
     char x[8] = {0};
-    double t0 = 0;
-    for (int i = -3; i < rounds; i++) {
-        if (i == 0)
-            t0 = now_s();
+    strata_status_t rc = STRATA_OK;
+    for (int i = -3; i < rounds && rc == STRATA_OK; i++) {
+        double t0 = now_s();
         if (me == a) {
-            ST_TRY(strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
-            ST_TRY(strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
+            rc = strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
+            if (rc == STRATA_OK)
+                rc = strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
         } else {
-            ST_TRY(strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
-            ST_TRY(strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
+            rc = strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
+            if (rc == STRATA_OK)
+                rc = strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
         }
+        if (i >= 0)
+            rt[i] = now_s() - t0;
     }
-    *one_way = (now_s() - t0) / rounds / 2;
-    return STRATA_OK;
+    if (rc == STRATA_OK) {
+        qsort(rt, (size_t)rounds, sizeof *rt, cmp_double);
+        *one_way = (rounds % 2 ? rt[rounds / 2] : (rt[rounds / 2 - 1] + rt[rounds / 2]) / 2) / 2;
+    }
+    free(rt);
+    return rc;
 }
 
 /* The units measured at level l: U and V, two children (level l-1 units; single ranks at level 0)
@@ -118,8 +135,7 @@ static strata_status_t pingpong(strata_comm_t *c, int a, int b, int rounds, doub
  * are numbered in order of their lowest rank, and only a strictly better pair replaces one). So a
  * small unit's uplink limits the measured pair as little as the fabric allows. Fills their ranks,
  * ascending, into u and v (n entries each); *nu = 0 when no two ranks meet at level l. */
-static strata_status_t pick_units(const strata_fabric_t *f, int l, int *u, int *nu, int *v,
-                                  int *nv)
+static strata_status_t pick_units(const strata_fabric_t *f, int l, int *u, int *nu, int *v, int *nv)
 {
     const int n = f->nranks, nchild = l ? f->nunits[l - 1] : n, npar = f->nunits[l];
     *nu = *nv = 0;
@@ -169,10 +185,11 @@ static strata_status_t pick_units(const strata_fabric_t *f, int l, int *u, int *
 }
 
 /* On a: the bandwidth stream to b. Sized by time: streams of 1, 2, 4, ... chunks until one lasts
- * half the target (shorter ones mostly measure the switches' burst buffers and TCP's slow start),
- * the last one counting. */
-static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, const plan_t *p,
-                                 double *bytes, double *secs)
+ * half the target (shorter ones mostly measure the switches' burst buffers and TCP's slow start).
+ * That size then runs once more and the faster of the two counts: what slows a stream on a shared
+ * machine (a descheduled rank, another job's burst) only ever slows it. */
+static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, const plan_t *p, double *bytes,
+                                 double *secs)
 {
     int64_t chunks = p->chunks ? p->chunks : 1;
     for (;; chunks *= 2) {
@@ -180,15 +197,16 @@ static strata_status_t bandwidth(strata_comm_t *c, int b, char *buf, const plan_
         if (p->chunks || *secs >= p->target_s / 2 || chunks * 2 > MAX_CHUNKS)
             break;
     }
+    double again;
+    ST_TRY(send_stream(c, b, buf, chunks, &again));
+    *secs = again < *secs ? again : *secs;
     *bytes = (double)chunks * CHUNK;
-    double none;
-    return send_stream(c, b, buf, -1, &none);
+    return send_stream(c, b, buf, -1, &again);
 }
 
 /* Measures level l into *s (every rank gets the same sample). */
-static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f, int l,
-                                     char *buf, int *u, int *v, const plan_t *p,
-                                     strata_link_sample_t *s)
+static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f, int l, char *buf,
+                                     int *u, int *v, const plan_t *p, strata_link_sample_t *s)
 {
     int nu, nv;
     memset(s, 0, sizeof *s);
@@ -207,8 +225,8 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     while (me == b && got >= 0)
         ST_TRY(receive(c, a, buf, &got));
     ST_TRY(strata_allreduce(c, res, res, 3, STRATA_DTYPE_F64, STRATA_OP_MAX)); // a's, exactly
-    *s = (strata_link_sample_t){.measured = true, .a = a, .b = b, .latency_s = res[0],
-                                .bytes = res[1], .secs = res[2]};
+    *s = (strata_link_sample_t){
+        .measured = true, .a = a, .b = b, .latency_s = res[0], .bytes = res[1], .secs = res[2]};
     const int k = ST_MIN(nu, nv);
     if (l == 0 || k < 2)
         return STRATA_OK;

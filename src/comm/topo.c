@@ -141,8 +141,8 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
     }
     memo_reset(t);
     c->topo = t;
-    if (t->multi && (have_levels || c->calib.done)) { // flat algorithms see the outermost level's link
-        const strata_topo_level_t *top = &levels.level[levels.nlevels - 1];
+    if (t->multi && (have_levels || c->calib.done)) { // flat algorithms see the outermost link
+        const strata_topo_level_t *top = &t->fabric.topo.level[t->fabric.topo.nlevels - 1];
         c->link.alpha_s = top->latency_s;
         c->link.beta_s_per_b = top->oversub / top->bw_Bps;
     }

@@ -70,8 +70,8 @@ strata_status_t strata_link_calib_fit(strata_topo_t *levels, const strata_link_s
 
 void strata_link_calib_describe(const strata_link_calib_t *calib, FILE *f)
 {
-    fprintf(f, "%-8s %9s %12s %14s %6s %14s %8s\n", "level", "pair", "latency_us",
-            "bandwidth_MBps", "pairs", "aggregate_MBps", "oversub");
+    fprintf(f, "%-8s %9s %12s %14s %6s %14s %8s\n", "level", "pair", "latency_us", "bandwidth_MBps",
+            "pairs", "aggregate_MBps", "oversub");
     for (int l = 0; l < calib->nlevels; l++) {
         const strata_link_sample_t *s = &calib->sample[l];
         const strata_topo_level_t *lv = &calib->level[l];

@@ -18,9 +18,9 @@
 typedef struct setup {
     int n;
     const char *paths[8];
-    bool host_ids;   /* each path's host is a host of its own (STRATA_HOST_ID): TCP between them */
-    int off_rank;    /* this rank sets STRATA_TOPO_CALIBRATE=off (-1: none) */
-    bool want_done;  /* the communicator calibrates */
+    bool host_ids;    /* each path's host is a host of its own (STRATA_HOST_ID): TCP between them */
+    int off_rank;     /* this rank sets STRATA_TOPO_CALIBRATE=off (-1: none) */
+    bool want_done;   /* the communicator calibrates */
     const char *file; /* STRATA_TOPO_FILE, or NULL */
 } setup_t;
 
@@ -76,8 +76,8 @@ static int agree(strata_comm_t *c, int rank, int n, const char *what)
     for (int r = 0; r < n && !bad; r++)
         for (int i = 0; i < DIGEST && !bad; i++)
             if (memcmp(&all[(size_t)r * DIGEST + i], &all[i], sizeof(double)))
-                bad = ST_RANK_FAIL("%s: rank %d has %.17g at digest entry %d, rank 0 %.17g",
-                                   what, r, all[(size_t)r * DIGEST + i], i, all[i]);
+                bad = ST_RANK_FAIL("%s: rank %d has %.17g at digest entry %d, rank 0 %.17g", what,
+                                   r, all[(size_t)r * DIGEST + i], i, all[i]);
     (void)rank;
     free(all);
     return bad;
@@ -99,8 +99,8 @@ static int calibrated(int rank, int n, void *arg)
         if (!sm->measured)
             continue;
         if (strata_fabric_common_level(f, sm->a, sm->b) != l)
-            bad = ST_RANK_FAIL("level %d was measured between ranks %d and %d, which meet at %d",
-                               l, sm->a, sm->b, strata_fabric_common_level(f, sm->a, sm->b));
+            bad = ST_RANK_FAIL("level %d was measured between ranks %d and %d, which meet at %d", l,
+                               sm->a, sm->b, strata_fabric_common_level(f, sm->a, sm->b));
         if (memcmp(&cal->level[l], &f->topo.level[l], sizeof cal->level[l]))
             bad = ST_RANK_FAIL("level %d: the fabric does not price with the calibrated link", l);
         if (!(f->topo.level[l].bw_Bps > 0) || !(f->topo.level[l].oversub >= 1))
@@ -221,8 +221,7 @@ static int refused(int rank, int n, void *arg)
         return ST_RANK_FAIL("STRATA_TOPO_CALIBRATE=sometimes: %s", strata_status_name(rc));
     if (!strstr(strata_last_error(), "STRATA_TOPO_CALIBRATE") ||
         !strstr(strata_last_error(), "sometimes"))
-        return ST_RANK_FAIL("the error does not name the knob and value: %s",
-                            strata_last_error());
+        return ST_RANK_FAIL("the error does not name the knob and value: %s", strata_last_error());
     return 0;
 }
 

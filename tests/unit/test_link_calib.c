@@ -18,7 +18,11 @@
 static strata_link_sample_t sample(double lat, double bw, double bytes, int pairs,
                                    double pair_bytes, double agg)
 {
-    strata_link_sample_t s = {.measured = true, .a = 0, .b = 1, .latency_s = lat, .bytes = bytes,
+    strata_link_sample_t s = {.measured = true,
+                              .a = 0,
+                              .b = 1,
+                              .latency_s = lat,
+                              .bytes = bytes,
                               .secs = bytes / bw + 2 * lat};
     if (pairs >= 2) {
         s.pairs = pairs;
@@ -36,8 +40,12 @@ static void assert_near(double got, double want)
 
 static strata_topo_level_t level(const char *name)
 {
-    strata_topo_level_t lv = {.fanout = 7, .bw_Bps = 1e9, .latency_s = 1e-6, .oversub = 1,
-                              .link_class = STRATA_LINK_SCALE_OUT, .efficiency = 0.5};
+    strata_topo_level_t lv = {.fanout = 7,
+                              .bw_Bps = 1e9,
+                              .latency_s = 1e-6,
+                              .oversub = 1,
+                              .link_class = STRATA_LINK_SCALE_OUT,
+                              .efficiency = 0.5};
     snprintf(lv.name, sizeof lv.name, "%s", name);
     return lv;
 }
@@ -81,9 +89,9 @@ static void test_fit_refuses(void **state)
     bad[3].bytes = 0;
     bad[4].secs = NAN;
     bad[5].pair_secs = 0; // a concurrent test that took no time
-    const char *why[6] = {"nothing was measured", "latency", "longer than two latencies",
+    const char *why[6] = {"nothing was measured",      "latency",
                           "longer than two latencies", "longer than two latencies",
-                          "2 concurrent streams"};
+                          "longer than two latencies", "2 concurrent streams"};
     for (int i = 0; i < 6; i++) {
         strata_topo_level_t lv = level("spine"), before = lv;
         assert_int_equal(strata_link_calib_fit_level(&bad[i], &lv), STRATA_ERR_INVALID_ARG);
@@ -138,9 +146,9 @@ static void test_fitted_links_reproduce_uplinks(void **state)
                 lat + B / 12.5e6);
     // All three of rack 0 out at once: 12.5 into rack 1, 2 x 12.5 into rack 2 (its 25 MB/s):
     // rack 0's 37.5 MB/s uplink exactly full, as built.
-    assert_near(strata_netmodel_flows_time(&f, 3, (int[]){0, 1, 2}, (int[]){3, 4, 5},
-                                           (double[]){B, B, B}),
-                lat + B / 12.5e6);
+    assert_near(
+        strata_netmodel_flows_time(&f, 3, (int[]){0, 1, 2}, (int[]){3, 4, 5}, (double[]){B, B, B}),
+        lat + B / 12.5e6);
     // Inside a rack: the NIC's 100 MB/s.
     assert_near(strata_netmodel_flows_time(&f, 1, (int[]){0}, (int[]){1}, (double[]){B}),
                 50e-6 + B / 100e6);
@@ -151,8 +159,7 @@ static void test_fitted_links_reproduce_uplinks(void **state)
  * round-robin across the racks. */
 static strata_plan_kind_t cheapest(const strata_topo_t *t)
 {
-    const char *paths[] = {"r0/h0", "r1/h3", "r0/h1", "r1/h4",
-                           "r0/h2", "r1/h5", "r1/h6", "r1/h7"};
+    const char *paths[] = {"r0/h0", "r1/h3", "r0/h1", "r1/h4", "r0/h2", "r1/h5", "r1/h6", "r1/h7"};
     strata_fabric_t f;
     assert_int_equal(strata_fabric_from_paths(t, 8, paths, &f), STRATA_OK);
     strata_plan_kind_t best = STRATA_PLAN_KIND_COUNT;
