@@ -11,12 +11,14 @@
  * The fit, for a level with a measured sample:
  *   latency_s  = the sample's one-way latency (half a ping-pong round trip)
  *   bw_Bps     = bytes / (secs - 2 latency): a stream's time runs from its first byte sent to the
- *                receiver's acknowledgement, one latency each way
+ *                receiver's acknowledgement, one latency each way (the two latencies are taken
+ *                off only up to half of secs: on a loaded machine a ping-pong, which wakes a rank
+ *                at every message, can be slower than a stream)
  *   oversub    = pairs * bw_Bps / aggregate, at least 1, where aggregate = pairs * pair_bytes /
- *                (pair_secs - 2 latency), pair_secs the slowest pair's: so a child unit of s
- *                ranks gets the uplink the model prices as s * bw_Bps / oversub (flows.c), the
- *                capacity the k pairs reached (exact when k = s; the model assumes one ratio per
- *                level for the rest). 1 when fewer than two pairs ran.
+ *                (pair_secs - 2 latency), the same way, pair_secs the slowest pair's: so a child
+ *                unit of s ranks gets the uplink the model prices as s * bw_Bps / oversub
+ *                (flows.c), the capacity the k pairs reached (exact when k = s; the model assumes
+ *                one ratio per level for the rest). 1 when fewer than two pairs ran.
  *   efficiency = 0 (the measured rate is what collectives reach; the fabric model then uses it
  *                as is)
  * Name, fanout and link class stay as they were. A level without a measured sample keeps its
@@ -62,9 +64,9 @@ STRATA_API void strata_link_sample_rates(const strata_link_sample_t *s, double *
 
 /* Fits one level from its sample as described above, writing latency_s, bw_Bps, oversub and
  * efficiency into *lv (which keeps its name, fanout and class). Errors: STRATA_ERR_INVALID_ARG
- * when the sample is not measured or not physical (latency < 0, no bytes, a time not above two
- * latencies, a concurrent test without bytes or time); the message names the level and the field,
- * and *lv is unchanged. */
+ * when the sample is not measured or not physical (latency < 0, a stream without bytes or time, a
+ * concurrent test without bytes or time, anything not finite); the message names the level and
+ * the field, and *lv is unchanged. */
 STRATA_API strata_status_t strata_link_calib_fit_level(const strata_link_sample_t *s,
                                                        strata_topo_level_t *lv);
 

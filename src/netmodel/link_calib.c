@@ -6,10 +6,13 @@
 
 #include "base/base.h"
 
-/* Bytes per second of `bytes` moved in `secs`, of which two latencies were waiting. */
+/* Bytes per second of `bytes` moved in `secs`, of which two latencies were waiting, but never
+ * more than half: on a loaded machine a ping-pong, which wakes a rank at every message, can be
+ * slower than a stream, which keeps it busy. */
 static double rate(double bytes, double secs, double latency_s)
 {
-    return bytes / (secs - 2 * latency_s);
+    double wait = 2 * latency_s < secs / 2 ? 2 * latency_s : secs / 2;
+    return bytes / (secs - wait);
 }
 
 static strata_status_t check(const strata_link_sample_t *s, const char *level)
@@ -21,18 +24,17 @@ static strata_status_t check(const strata_link_sample_t *s, const char *level)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "calibration of level %s: expected a latency >= 0, got %g s", level,
                         s->latency_s);
-    if (!(s->bytes > 0) || !isfinite(s->bytes) || !(s->secs > 2 * s->latency_s) ||
-        !isfinite(s->secs))
+    if (!(s->bytes > 0) || !isfinite(s->bytes) || !(s->secs > 0) || !isfinite(s->secs))
         return st_error(STRATA_ERR_INVALID_ARG,
-                        "calibration of level %s: expected a stream of some bytes taking longer "
-                        "than two latencies (%g s), got %g bytes in %g s",
-                        level, 2 * s->latency_s, s->bytes, s->secs);
-    if (s->pairs >= 2 && (!(s->pair_bytes > 0) || !isfinite(s->pair_bytes) ||
-                          !(s->pair_secs > 2 * s->latency_s) || !isfinite(s->pair_secs)))
+                        "calibration of level %s: expected a stream of some bytes taking some "
+                        "time, got %g bytes in %g s",
+                        level, s->bytes, s->secs);
+    if (s->pairs >= 2 && (!(s->pair_bytes > 0) || !isfinite(s->pair_bytes) || !(s->pair_secs > 0) ||
+                          !isfinite(s->pair_secs)))
         return st_error(STRATA_ERR_INVALID_ARG,
                         "calibration of level %s: expected %d concurrent streams of some bytes "
-                        "taking longer than two latencies (%g s), got %g bytes in %g s",
-                        level, s->pairs, 2 * s->latency_s, s->pair_bytes, s->pair_secs);
+                        "taking some time, got %g bytes in %g s",
+                        level, s->pairs, s->pair_bytes, s->pair_secs);
     return STRATA_OK;
 }
 
