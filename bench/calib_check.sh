@@ -22,11 +22,15 @@
 #                             [--no-calibration]   (STRATA_TOPO_CALIBRATE=off: strata's default
 #                                                   links, what the model priced with before)
 #                             [--keep DIR]         (keep every run's JSON lines in DIR)
+#        bench/calib_check.sh --creation   what calibrating adds to communicator creation: 8 and
+#                             64 ranks of this machine as one host, and as 8 pretend hosts in 2
+#                             racks (STRATA_HOST_ID, loopback TCP) with calibration off and auto;
+#                             slowest rank's creation + first barrier, 3 runs each (no root needed)
 # Needs root (network namespaces); exits 77 where they cannot be made, 1 when the check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=1M,4M,16M,64M iters=2 shapes=all algos=ring,ring_tree,hier,halving_doubling,recursive_doubling
-calib=auto keep=""
+calib=auto keep="" creation=0
 while (($#)); do
     case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -35,7 +39,8 @@ while (($#)); do
     --algos) algos=$2; shift 2 ;;
     --no-calibration) calib=off; shift ;;
     --keep) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    --creation) creation=1; shift ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "calib_check: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -43,6 +48,29 @@ done
 S=${STRATA_BIN:-$PWD/build/release/strata}
 if [ -z "${STRATA_BIN:-}" ]; then
     cmake --preset release >/dev/null && cmake --build --preset release -j 2 >/dev/null
+fi
+if ((creation)); then
+    cmake --build --preset release -j 2 --target strata_init_probe >/dev/null
+    probe=$PWD/build/release/bench/strata_init_probe
+    init_s() { # init_s N MODE: one run's slowest creation + barrier, seconds
+        local n=$1 mode=$2
+        if [ "$mode" = "one host" ]; then
+            "$S" launch -n "$n" --no-prefix -- "$probe"
+        else # host h = RANK / (n/8), rack h % 2
+            "$S" launch -n "$n" --no-prefix -- bash -c "h=\$((RANK / ($n / 8))); \
+                STRATA_TOPO_CALIBRATE=$mode STRATA_HOST_ID=h\$h \
+                STRATA_TOPO_PATH=rack\$((h % 2))/host\$h exec $probe"
+        fi | python3 -c 'import json,sys; print("%.3f" % json.loads(sys.stdin.read())["init_s"])'
+    }
+    printf "%6s %22s %22s %22s\n" ranks "one host (s)" "8 hosts, off (s)" "8 hosts, auto (s)"
+    for n in 8 64; do
+        row=()
+        for mode in "one host" off auto; do
+            row+=("$(init_s "$n" "$mode") $(init_s "$n" "$mode") $(init_s "$n" "$mode")")
+        done
+        printf "%6s %22s %22s %22s\n" "$n" "${row[@]}"
+    done
+    exit 0
 fi
 out=$(mktemp -d /tmp/strata-calib.XXXXXX)
 trap 'rm -rf "$out"' EXIT

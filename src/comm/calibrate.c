@@ -9,7 +9,7 @@
  *      half of STRATA_TOPO_CALIBRATE_MS, that size twice (bandwidth: the faster);
  *   2. an allreduce (max) hands a's numbers to every rank, exactly;
  *   3. above the host level, the k ranks of a's child unit stream at once to k partners in b's
- *      (k = the smaller unit's size; 2 x the single stream's bytes in all), the slowest time taken
+ *      (k = the smaller unit's size; 4 x the single stream's bytes in all), the slowest time taken
  *      by an allreduce: what the uplink carries.
  *
  * Every rank then holds the same samples and fits the same levels (netmodel/link_calib.c): every
@@ -230,10 +230,11 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     const int k = ST_MIN(nu, nv);
     if (l == 0 || k < 2)
         return STRATA_OK;
-    // Every rank of a's unit streams to a partner in b's at once (twice the single stream's bytes
-    // in all when sized by time, as many each when given): connections first, then the timed
-    // streams together.
-    int64_t chunks = p->chunks ? p->chunks : (int64_t)ceil(2 * res[1] / CHUNK / k);
+    // Every rank of a's unit streams to a partner in b's at once (4 x the single stream's bytes in
+    // all when sized by time, so that a switch's burst buffer hardly counts even where the uplink
+    // holds them all to one stream's rate; as many each when given): connections first, then the
+    // timed streams together.
+    int64_t chunks = p->chunks ? p->chunks : (int64_t)ceil(4 * res[1] / CHUNK / k);
     int src = -1, dst = -1;
     for (int i = 0; i < k; i++)
         if (u[i] == me || v[i] == me) {
