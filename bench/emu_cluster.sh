@@ -10,17 +10,22 @@
 #        bench/emu_cluster.sh [shape] --launch 'COMMAND'
 #   --racks R          racks (per zone when --zones is given)      default 2
 #   --hosts H          hosts per rack                              default 4
+#   --rack-hosts LIST  hosts of each rack, e.g. 3,5 (racks of unequal size; replaces --racks and
+#                      --hosts; with --zones, the list is cut into that many equal zones)
 #   --zones Z          zones, each with R racks (0 = no zone level) default 0
 #   --ranks-per-host K ranks in every host (shared memory inside)  default 1
 #   --host-mbit M      every host's NIC, each direction            default 800
-#   --oversub O        rack uplink = H * M / O                      default 8
-#   --zone-oversub P   zone uplink = R * (rack uplink) / P          default 2
+#   --oversub O        rack uplink = (hosts in the rack) * M / O    default 8
+#   --zone-oversub P   zone uplink = (its racks' uplinks) / P       default 2
 #   --numbering rr|packed  rank r on host (r mod hosts) round-robin across racks, as a rack-blind
 #                      launcher does (rr, default), or racks filled in order (packed)
 #   --keep-file F      copy the generated cluster file to F
+#   --path-only        give the ranks only STRATA_TOPO_PATH, not the cluster file (the links are
+#                      then unknown to them, as under a launcher; the file is still written)
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
-# EMU_DIR, a scratch folder). The script exits non-zero when any rank of any command fails.
+# EMU_DIR, a scratch folder, where the cluster file is EMU_DIR/cluster.json). The script exits
+# non-zero when any rank of any command fails.
 # --launch runs COMMAND once, in the machine's own namespace, with EMU_DIR and EMU_ENTER set:
 # EMU_ENTER (bench/emu_enter.sh) used as the program of `strata launch` puts rank $RANK into its
 # host's namespace and points it at rank 0's host for the store, so a launched job's ranks talk
@@ -34,7 +39,8 @@
 # Exit status 77: namespaces cannot be made here (not root, or no netns/tbf support).
 set -euo pipefail
 
-racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep=""
+racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep="" rack_hosts=""
+path_only=0
 runs=() launch=""
 while (($#)); do
     case "$1" in
@@ -47,9 +53,11 @@ while (($#)); do
     --zone-oversub) zoversub=$2; shift 2 ;;
     --numbering) numbering=$2; shift 2 ;;
     --keep-file) keep=$2; shift 2 ;;
+    --rack-hosts) rack_hosts=$2; shift 2 ;;
+    --path-only) path_only=1; shift ;;
     --run) runs+=("$2"); shift 2 ;;
     --launch) launch=$2; shift 2 ;;
-    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +71,18 @@ for v in racks hosts rph mbit oversub zoversub; do
 done
 [[ $zones =~ ^[0-9]+$ ]] || { echo "emu_cluster: --zones must be >= 0" >&2; exit 2; }
 [[ $numbering == rr || $numbering == packed ]] || { echo "emu_cluster: --numbering rr|packed" >&2; exit 2; }
+nz=$((zones > 0 ? zones : 1))
+if [ -n "$rack_hosts" ]; then # racks of the sizes listed
+    IFS=, read -ra rsize <<<"$rack_hosts"
+    for v in "${rsize[@]}"; do
+        [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --rack-hosts expects positive integers like 3,5" >&2; exit 2; }
+    done
+    ((${#rsize[@]} % nz == 0)) || { echo "emu_cluster: --rack-hosts: ${#rsize[@]} racks do not split into $nz zones" >&2; exit 2; }
+    racks=$((${#rsize[@]} / nz))
+else
+    rsize=()
+    for ((k = 0; k < nz * racks; k++)); do rsize+=("$hosts"); done
+fi
 
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     echo "emu_cluster: needs root and iproute2 (ip, tc)" >&2
@@ -71,10 +91,16 @@ fi
 
 P="se$$"                      # prefix of every namespace and link name of this run
 FAB="${P}f"                   # the namespace holding the bridges
-nz=$((zones > 0 ? zones : 1))
 nracks=$((nz * racks))
-nhosts=$((nracks * hosts))
+rack_of=() first=() nhosts=0 hmax=0 # hosts are numbered rack after rack
+for ((k = 0; k < nracks; k++)); do
+    first+=("$nhosts")
+    for ((i = 0; i < rsize[k]; i++)); do rack_of+=("$k"); done
+    nhosts=$((nhosts + rsize[k]))
+    hmax=$((rsize[k] > hmax ? rsize[k] : hmax))
+done
 nranks=$((nhosts * rph))
+rack_desc=$(IFS=,; echo "${rsize[*]}")
 EMU_DIR=$(mktemp -d /tmp/strata-emu.XXXXXX)
 export EMU_DIR
 
@@ -111,10 +137,18 @@ if ! ip netns add "$FAB" 2>/dev/null; then
 fi
 ip netns exec "$FAB" ip link set lo up
 bridge "${P}sp"
-rack_up=$((hosts * mbit / oversub))
-rack_up=$((rack_up > 0 ? rack_up : 1))
-zone_up=$((racks * rack_up / zoversub))
-zone_up=$((zone_up > 0 ? zone_up : 1))
+rack_up=() # per rack: its hosts' NICs over the oversubscription
+for ((k = 0; k < nracks; k++)); do
+    u=$((rsize[k] * mbit / oversub))
+    rack_up+=($((u > 0 ? u : 1)))
+done
+zone_up=() # per zone: its racks' uplinks over the zone oversubscription
+for ((z = 0; z < zones; z++)); do
+    u=0
+    for ((k = z * racks; k < (z + 1) * racks; k++)); do u=$((u + rack_up[k])); done
+    u=$((u / zoversub))
+    zone_up+=($((u > 0 ? u : 1)))
+done
 uplink() { # uplink NAME LOWER_BRIDGE UPPER_BRIDGE MBIT: a shaped link from a unit to the level above
     link_pair "$FAB" "$1u" "$FAB" "$1d"
     ip netns exec "$FAB" ip link set "$1u" master "$2"
@@ -124,16 +158,16 @@ uplink() { # uplink NAME LOWER_BRIDGE UPPER_BRIDGE MBIT: a shaped link from a un
 }
 for ((z = 0; z < zones; z++)); do # zone bridges hang off the spine
     bridge "${P}z$z"
-    uplink "${P}z$z" "${P}z$z" "${P}sp" "$zone_up"
+    uplink "${P}z$z" "${P}z$z" "${P}sp" "${zone_up[z]}"
 done
 for ((k = 0; k < nracks; k++)); do # rack bridges hang off their zone, or the spine
     bridge "${P}r$k"
     up="${P}sp"
     ((zones > 0)) && up="${P}z$((k / racks))"
-    uplink "${P}r$k" "${P}r$k" "$up" "$rack_up"
+    uplink "${P}r$k" "${P}r$k" "$up" "${rack_up[k]}"
 done
-host_path() { # host_path H: zone/rack/host of host number h (packed: racks filled in order)
-    local h=$1 k=$(($1 / hosts))
+host_path() { # host_path H: zone/rack/host of host number h
+    local h=$1 k=${rack_of[$1]}
     if ((zones > 0)); then echo "zone$((k / racks))/rack$k/host$h"; else echo "rack$k/host$h"; fi
 }
 for ((h = 0; h < nhosts; h++)); do
@@ -141,7 +175,7 @@ for ((h = 0; h < nhosts; h++)); do
     ip netns add "$ns"
     ip netns exec "$ns" ip link set lo up
     link_pair "$ns" eth0 "$FAB" "${P}h$h"
-    ip netns exec "$FAB" ip link set "${P}h$h" master "${P}r$((h / hosts))"
+    ip netns exec "$FAB" ip link set "${P}h$h" master "${P}r${rack_of[h]}"
     ip netns exec "$ns" ip addr add "10.99.$((h / 250)).$((h % 250 + 1))/16" dev eth0
     shape eth0 "$ns" "$mbit"
     shape "${P}h$h" "$FAB" "$mbit"
@@ -150,9 +184,9 @@ done
 # The cluster file: the levels and their links as built (bandwidth per rank, per direction).
 per_rank_gbps=$(awk "BEGIN{print $mbit / 8000 / $rph}")
 {
-    echo "{\"name\": \"emulated-${nracks}x${hosts}\", \"levels\": ["
+    echo "{\"name\": \"emulated-${rack_desc//,/-}\", \"levels\": ["
     echo "  {\"name\": \"host\", \"fanout\": $rph, \"bandwidth_GBps\": 4, \"latency_us\": 2, \"class\": \"scale-up\"},"
-    echo "  {\"name\": \"rack\", \"fanout\": $hosts, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 60},"
+    echo "  {\"name\": \"rack\", \"fanout\": $hmax, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 60},"
     if ((zones > 0)); then
         echo "  {\"name\": \"zone\", \"fanout\": $racks, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 90, \"oversubscription\": $oversub},"
         echo "  {\"name\": \"spine\", \"fanout\": $zones, \"bandwidth_GBps\": $per_rank_gbps, \"latency_us\": 120, \"oversubscription\": $((oversub * zoversub))}"
@@ -162,15 +196,21 @@ per_rank_gbps=$(awk "BEGIN{print $mbit / 8000 / $rph}")
     echo "]}"
 } >"$EMU_DIR/cluster.json"
 [ -n "$keep" ] && cp "$EMU_DIR/cluster.json" "$keep"
-echo "emu_cluster: $nranks ranks on $nhosts hosts in $nracks racks$( ((zones > 0)) && echo " ($zones zones)"); host NIC ${mbit} Mbit/s, rack uplink ${rack_up} Mbit/s (${oversub}:1)$( ((zones > 0)) && echo ", zone uplink ${zone_up} Mbit/s")" >&2
 
+echo "emu_cluster: $nranks ranks on $nhosts hosts in $nracks racks of $rack_desc hosts$( ((zones > 0)) && echo " ($zones zones)"); host NIC ${mbit} Mbit/s, rack uplinks $(IFS=,; echo "${rack_up[*]}") Mbit/s (${oversub}:1)$( ((zones > 0)) && echo ", zone uplinks $(IFS=,; echo "${zone_up[*]}") Mbit/s")" >&2
+
+order=() # host of each rank slot: round-robin across racks (rr), or racks filled in order (packed)
+if [ "$numbering" = rr ]; then
+    for ((i = 0; i < hmax; i++)); do
+        for ((k = 0; k < nracks; k++)); do
+            if ((i < rsize[k])); then order+=($((first[k] + i))); fi
+        done
+    done
+else
+    for ((h = 0; h < nhosts; h++)); do order+=("$h"); done
+fi
 host_of_rank() { # the host number of rank r
-    local r=$1 slot=$(($1 / rph))
-    if [ "$numbering" = rr ]; then # consecutive ranks' hosts go round-robin across racks
-        echo $(((slot % nracks) * hosts + slot / nracks))
-    else
-        echo "$slot"
-    fi
+    echo "${order[$(($1 / rph))]}"
 }
 host_addr() { echo "10.99.$(($1 / 250)).$(($1 % 250 + 1))"; } # host number -> its address
 for ((r = 0; r < nranks; r++)); do # the map emu_enter.sh and fault injectors read
@@ -194,6 +234,8 @@ if [ -n "$launch" ]; then
     exit $status
 fi
 
+topo_file=$EMU_DIR/cluster.json
+((path_only)) && topo_file=""
 port=$((20000 + $$ % 20000))
 status=0
 for cmd in "${runs[@]}"; do
@@ -204,7 +246,7 @@ for cmd in "${runs[@]}"; do
         h=$(host_of_rank "$r")
         ip netns exec "${P}h$h" env RANK=$r WORLD_SIZE=$nranks LOCAL_RANK=$((r % rph)) \
             LOCAL_WORLD_SIZE=$rph MASTER_ADDR="$master" MASTER_PORT=$port \
-            STRATA_TOPO_PATH="$(host_path "$h")" STRATA_TOPO_FILE="$EMU_DIR/cluster.json" \
+            STRATA_TOPO_PATH="$(host_path "$h")" STRATA_TOPO_FILE="$topo_file" \
             bash -c "$cmd" &
         pids+=($!)
     done

@@ -38,7 +38,7 @@ run_shape() { # run_shape NAME emu-args...
     shift
     local res="$out/$name.jsonl" cal="$out/$name.cluster.json"
     local b="$S bench allreduce --sizes $sizes -n $iters -w 1 --json"
-    local runs=(--run "$S probe --out $cal --bytes 2M --iters 4 >&2")
+    local runs=(--run "$S probe --out $cal --bytes 8M >&2")
     for algo in ring ring_tree hier; do
         runs+=(--run "STRATA_TOPO_FILE=$cal STRATA_COMM_ALGO=allreduce:$algo $b | sed 's/^/$algo /' >>$res")
     done

@@ -362,6 +362,25 @@ STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_co
  * strata_fabric_unit(f, level, rank). */
 STRATA_API const struct strata_fabric *strata_comm_fabric(const strata_comm_t *comm);
 
+/* How the communicator's fabric links were calibrated at creation (link_calib.h): done = false
+ * when they were not (a cluster file gave them, every rank is on one host, or
+ * STRATA_TOPO_CALIBRATE=off); otherwise the per-level measurements, the levels fitted from them
+ * (the same on every rank; strata_comm_fabric's levels) and what measuring cost. A split reports
+ * its parent's. Owned by the communicator; NULL only for a NULL comm. */
+STRATA_API const struct strata_link_calib *strata_comm_calibration(const strata_comm_t *comm);
+
+/* Measures the links of every level of the communicator's fabric that its ranks span, as
+ * creation does when it calibrates (docs/topology.md): per level a ping-pong of `lat_rounds`
+ * round trips (0: 20), a stream between one pair and concurrent streams across one uplink, each
+ * of `stream_bytes` (0: sized to last about STRATA_TOPO_CALIBRATE_MS). Collective: every rank
+ * calls it and gets the same samples and fitted levels in *out; the communicator keeps its own
+ * levels. `strata probe` runs it. Errors: those of the communicator; STRATA_ERR_INVALID_ARG for
+ * bad arguments, or when a level's measurement is not physical (then *out has the samples and
+ * done = false). */
+STRATA_API strata_status_t strata_comm_measure_links(strata_comm_t *comm, int lat_rounds,
+                                                     size_t stream_bytes,
+                                                     struct strata_link_calib *out);
+
 /* The price (strata/price.h), in seconds, of `coll` on `bytes` (sized as for strata_comm_algo_for)
  * with the algorithm strata_comm_algo_for names; negative when there is none. The price is taken
  * on the communicator's fabric (STRATA_TOPO_PATH / STRATA_TOPO_FILE, else host identity) with

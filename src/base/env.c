@@ -29,6 +29,8 @@ static const strata_knob_t knobs[] = {
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
     {"STRATA_TOPO_PATH", "", "this rank's place in the fabric, outermost first: zone1/rack3/host7"},
     {"STRATA_TOPO_FILE", "", "cluster file: the fabric's levels and links, and hosts' paths (docs/topology.md)"},
+    {"STRATA_TOPO_CALIBRATE", "auto", "measure the fabric's links at communicator creation: auto (when no cluster file gives them and the ranks span several hosts), on (always, over a cluster file's too), off; set alike on every rank"},
+    {"STRATA_TOPO_CALIBRATE_MS", "50", "how long each bandwidth test of that calibration aims to last, in ms (longer: more accurate, slower creation)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
     {"STRATA_ZERO_BUCKET", "4M", "ZeRO gradient bucket size in floats (reduced while the backward runs)"},
 };

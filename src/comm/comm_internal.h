@@ -4,6 +4,7 @@
 
 #include "comm/algo/algo.h"
 #include "comm/endpoint.h"
+#include "strata/link_calib.h"
 #include "strata/netmodel.h"
 
 /* What a world communicator and its splits share: the endpoint and the requests in flight. Every
@@ -23,6 +24,8 @@ struct strata_comm {
     uint32_t nsplits;
     strata_link_t link;  /* the link class the cost model assumes for this communicator */
     st_topo_t *topo;     /* its place on the fabric (topo.c); NULL only while being created */
+    strata_link_calib_t calib; /* how its fabric's links were calibrated (calibrate.c; a split's are
+                             its parent's) */
 };
 
 /* Where this rank sits (topo.c): its path on the fabric ("" when nothing says) and the fabric's
@@ -42,6 +45,16 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place);
 strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *child,
                                    const int *parent_ranks);
 void st_comm_topo_free(st_topo_t *t);
+
+/* Link calibration at creation (calibrate.c). A rank's wish, from STRATA_TOPO_CALIBRATE and
+ * whether its cluster file gave the levels' links; the communicator calibrates when every rank's
+ * wish allows it: all ALWAYS, or at least AUTO with ranks on more than one host. */
+enum { ST_CALIB_NEVER = 0, ST_CALIB_AUTO = 1, ST_CALIB_ALWAYS = 2 };
+strata_status_t st_calib_wish(bool have_levels, int *wish);
+/* Measures every level of `f` that the communicator's ranks span and fits f->topo's levels from
+ * the measurements; collective over `c` (every rank calls it and gets the same levels); *out
+ * records what was measured. */
+strata_status_t st_comm_calibrate(strata_comm_t *c, strata_fabric_t *f, strata_link_calib_t *out);
 
 struct strata_request {
     strata_comm_t *comm;

@@ -1,9 +1,9 @@
 /* A communicator's place on the fabric: at creation every rank states its path (STRATA_TOPO_PATH,
  * else its host's entry in the STRATA_TOPO_FILE cluster file, else just its host identity) and
  * the ranks exchange one small record each; splits take their members' part. The levels' links
- * come from the cluster file, or strata's defaults (shared memory in a host, TCP above). The path
- * itself is published with the rank's address (endpoint.c), so messages can say where a rank is
- * (strata_comm_rank_where). */
+ * come from the cluster file, or are measured (calibrate.c), or are strata's defaults (shared
+ * memory in a host, TCP above). The path itself is published with the rank's address (endpoint.c),
+ * so messages can say where a rank is (strata_comm_rank_where). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +13,17 @@
 #include "comm/comm_internal.h"
 
 #define KEYS (STRATA_TOPO_MAX_LEVELS)
+#define REC  (2 + KEYS)
 
-/* This rank's record: [0] = path depth, [1 + l] = key of its level-l unit (innermost first). */
-static strata_status_t my_record(st_ep_t *ep, const char *path, int64_t rec[1 + KEYS])
+/* This rank's record: [0] = path depth, [1 + l] = key of its level-l unit (innermost first),
+ * [1 + KEYS] = its calibration wish. */
+static strata_status_t my_record(st_ep_t *ep, const st_place_t *place, int64_t rec[REC])
 {
-    memset(rec, 0, (1 + KEYS) * sizeof *rec);
+    const char *path = place->path;
+    memset(rec, 0, REC * sizeof *rec);
+    int wish;
+    ST_TRY(st_calib_wish(place->have_levels, &wish));
+    rec[1 + KEYS] = wish;
     if (!*path) { // no placement given: the host is all we know
         rec[0] = 1;
         rec[1] = (int64_t)st_ep_host_hash(ep);
@@ -85,8 +91,8 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
     const char *path = place->path;
     strata_topo_t levels = place->levels;
     const bool have_levels = place->have_levels;
-    int64_t mine[1 + KEYS];
-    ST_TRY(my_record(c->sh->ep, path, mine));
+    int64_t mine[REC];
+    ST_TRY(my_record(c->sh->ep, place, mine));
     const int n = c->nranks;
     int64_t *all = malloc((size_t)n * sizeof mine);
     uint64_t *keys = NULL;
@@ -97,12 +103,14 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
     // record. This keeps creation O(1) per rank where jobs grow largest on one machine.
     bool uniform = !*path && st_ep_single_host(c->sh->ep);
     for (int r = 0; rc == STRATA_OK && uniform && r < n; r++)
-        memcpy(all + (size_t)r * (1 + KEYS), mine, sizeof mine);
+        memcpy(all + (size_t)r * REC, mine, sizeof mine);
     if (rc == STRATA_OK && !uniform)
-        rc = strata_allgather(c, mine, all, 1 + KEYS, STRATA_DTYPE_I64);
-    int depth = 1;
-    for (int r = 0; rc == STRATA_OK && r < n; r++)
-        depth = all[r * (1 + KEYS)] > depth ? (int)all[r * (1 + KEYS)] : depth;
+        rc = strata_allgather(c, mine, all, REC, STRATA_DTYPE_I64);
+    int depth = 1, wish = ST_CALIB_ALWAYS;
+    for (int r = 0; rc == STRATA_OK && r < n; r++) {
+        depth = all[r * REC] > depth ? (int)all[r * REC] : depth;
+        wish = all[r * REC + 1 + KEYS] < wish ? (int)all[r * REC + 1 + KEYS] : wish;
+    }
     if (rc == STRATA_OK) {
         if (!have_levels)
             strata_fabric_default_levels(depth + 1, &levels);
@@ -115,19 +123,27 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
         rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory placing ranks");
     for (int r = 0; rc == STRATA_OK && r < n; r++)
         for (int l = 0; l < KEYS; l++)
-            keys[(size_t)r * KEYS + (size_t)l] = (uint64_t)all[r * (1 + KEYS) + 1 + l];
+            keys[(size_t)r * KEYS + (size_t)l] = (uint64_t)all[r * REC + 1 + l];
     if (rc == STRATA_OK)
         rc = strata_fabric_from_keys(&levels, n, keys, KEYS, &t->fabric);
     free(all);
     free(keys);
+    // The links are measured before anything is priced on them; every rank decides alike from
+    // the records and the store's single-host verdict.
+    bool calibrate =
+        wish == ST_CALIB_ALWAYS || (wish == ST_CALIB_AUTO && !st_ep_single_host(c->sh->ep));
+    if (rc == STRATA_OK && calibrate && n > 1)
+        rc = st_comm_calibrate(c, &t->fabric, &c->calib);
     if (rc < 0) {
+        if (t)
+            strata_fabric_free(&t->fabric);
         free(t);
         return rc;
     }
     memo_reset(t);
     c->topo = t;
-    if (t->multi && have_levels) { // flat algorithms see the outermost level's link
-        const strata_topo_level_t *top = &levels.level[levels.nlevels - 1];
+    if (t->multi && (have_levels || c->calib.done)) { // flat algorithms see the outermost link
+        const strata_topo_level_t *top = &t->fabric.topo.level[t->fabric.topo.nlevels - 1];
         c->link.alpha_s = top->latency_s;
         c->link.beta_s_per_b = top->oversub / top->bw_Bps;
     }
@@ -151,6 +167,7 @@ strata_status_t st_comm_topo_split(const strata_comm_t *parent, strata_comm_t *c
     }
     memo_reset(t);
     child->topo = t;
+    child->calib = parent->calib;
     return STRATA_OK;
 }
 

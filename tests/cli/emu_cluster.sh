@@ -2,13 +2,15 @@
 # strata on an emulated cluster (bench/emu_cluster.sh: network namespaces, bridges, tbf-shaped
 # links): hierarchical and tree-order collectives give correct results over real TCP between
 # "hosts" in 2 racks and in a 3-level tree, the cost model picks the hierarchical allreduce for
-# large messages on the rack-oblivious numbering, and `strata probe` writes a cluster file that
-# loads. With --launch, a `strata launch` job's ranks enter their hosts (emu_enter.sh): each rank
-# runs in its own host with its address, path and the store at rank 0's host, a collective over
-# the emulated links is right, a rank that kills itself is named by the launcher's verdict (the pid
-# it watches is the rank's), and SIGTERM to the script reaches the launcher, which stops the
-# trainer with a final checkpoint, and leaves no namespace behind. Skips (exit 77) where network
-# namespaces cannot be made (not root, no netns or tbf).
+# large messages on the rack-oblivious numbering, `strata probe` writes a cluster file that
+# loads, and with no cluster file at all (only each rank's path) on racks of unequal size the
+# links are calibrated at creation and the model still picks hier (with strata's default links it
+# picked halving-doubling, 3x slower there). With --launch, a `strata launch` job's ranks enter
+# their hosts (emu_enter.sh): each rank runs in its own host with its address, path and the store
+# at rank 0's host, a collective over the emulated links is right, a rank that kills itself is
+# named by the launcher's verdict (the pid it watches is the rank's), and SIGTERM to the script
+# reaches the launcher, which stops the trainer with a final checkpoint, and leaves no namespace
+# behind. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
 #
 #   bash tests/cli/emu_cluster.sh path/to/strata
 set -u
@@ -46,7 +48,7 @@ bash "$EMU" --racks 2 --hosts 2 --host-mbit 1000 --oversub 4 \
     --run "STRATA_COMM_ALGO=reduce_scatter:hier $B reduce_scatter --sizes 1M -n 2 -w 1 -o avg" \
     --run "STRATA_COMM_ALGO=allgather:hier $B allgather --sizes 1M -n 2 -w 1" \
     --run "$B allreduce --sizes 8,4M -n 2 -w 1" \
-    --run "$STRATA probe --bytes 256K --iters 2 --lat-iters 20 --out $TMP/probed.json >/dev/null" \
+    --run "$STRATA probe --bytes 512K --lat-iters 20 --out $TMP/probed.json >/dev/null" \
     >"$out" 2>&1
 check "2 racks x 2 hosts: every collective ran" $?
 grep -q "CHECK FAILED\|FAIL" "$out"
@@ -59,6 +61,17 @@ grep -E '^ +8 .* (recursive_doubling|halving_doubling) ' "$out" >/dev/null
 check "and a latency algorithm for 8 bytes" $?
 "$STRATA" topo show "$TMP/probed.json" 2>&1 | grep -qE '^ +spine +2 +4 '
 check "probe wrote a cluster file that loads, with the spine level" $?
+
+out=$TMP/uneven.txt
+bash "$EMU" --rack-hosts 3,5 --host-mbit 800 --oversub 8 --path-only \
+    --run "$B allreduce --sizes 8,4M -n 1 -w 1" >"$out" 2>&1
+check "racks of 3 and 5 hosts, paths only: the benchmark ran" $?
+grep -q "^# links calibrated at creation" "$out"
+check "racks of 3 and 5 hosts, paths only: the links were calibrated at creation" $?
+grep -E '^ +4194304 .* hier ' "$out" >/dev/null
+check "racks of 3 and 5 hosts, paths only: the cost model picks hier for 4 MiB" $?
+grep -q "all results correct" "$out"
+check "racks of 3 and 5 hosts, paths only: results correct" $?
 
 out=$TMP/3level.txt
 bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --oversub 2 \

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "strata/cmd.h"
+#include "strata/link_calib.h"
 #include "strata/strata.h"
 
 #define BENCH_MAX_SIZES 64
@@ -502,7 +503,7 @@ typedef struct result {
     int correct;     /* 1, 0, or -1 = not checked */
 } result_t;
 
-static void print_header(const bench_opts_t *o, int nranks)
+static void print_header(const bench_opts_t *o, int nranks, const strata_link_calib_t *calib)
 {
     printf(
         "# strata bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d, check %d\n",
@@ -514,13 +515,31 @@ static void print_header(const bench_opts_t *o, int nranks)
         "# transport %s (STRATA_COMM_TRANSPORT); size = largest buffer, time = max over ranks of "
         "the mean\n#\n",
         strata_knob_value("STRATA_COMM_TRANSPORT"));
+    if (calib->done) { // the links the model prices with were measured as the communicator began
+        printf("# links calibrated at creation in %.3f s (STRATA_TOPO_CALIBRATE):\n",
+               calib->seconds);
+        char *table = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&table, &len);
+        if (m) {
+            strata_link_calib_describe(calib, m);
+            fclose(m);
+            for (char *line = table, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                printf("#   %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+            }
+        }
+        free(table);
+        printf("#\n");
+    }
     printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "size", "count", "type",
            "redop", "root", "algo", "time", "algbw", "busbw", "model", "correct");
     printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "(B)", "(elements)", "", "", "",
            "", "(us)", "(GB/s)", "(GB/s)", "(us)", "");
 }
 
-static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
+static void print_result(const bench_opts_t *o, int nranks, const result_t *r,
+                         const strata_link_calib_t *calib)
 {
     const char *op = has_op(o->coll) ? strata_op_name(o->op) : "none";
     const char *dt = o->coll == STRATA_COLL_BARRIER ? "none" : strata_dtype_name(o->dtype);
@@ -530,10 +549,11 @@ static void print_result(const bench_opts_t *o, int nranks, const result_t *r)
         printf("{\"impl\":\"strata\",\"coll\":\"%s\",\"transport\":\"%s\",\"size_bytes\":%zu,"
                "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"algo\":\"%s\","
                "\"nranks\":%d,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-               "\"model_us\":%.3f,\"registered\":%s,\"correct\":%s}\n",
+               "\"model_us\":%.3f,\"calib_s\":%.3f,\"registered\":%s,\"correct\":%s}\n",
                strata_coll_name(o->coll), strata_knob_value("STRATA_COMM_TRANSPORT"), r->bytes,
                r->count, dt, op, root, r->algo, nranks, o->iters, r->time_us, r->algbw, r->busbw,
-               r->model_us, o->registered ? "true" : "false", ok);
+               r->model_us, calib->done ? calib->seconds : 0.0, o->registered ? "true" : "false",
+               ok);
     } else {
         const char *ok = r->correct < 0 ? "-" : r->correct ? "ok" : "FAIL";
         printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %11.2f %8s\n", r->bytes, r->count,
@@ -681,7 +701,7 @@ int cmd_bench(int argc, char **argv)
     }
 
     if (rank == 0 && !o.json)
-        print_header(&o, nranks);
+        print_header(&o, nranks, strata_comm_calibration(comm));
     fill_t f = fill_make(o.dtype, o.op, nranks);
     int failed = 0, done = 0;
     double bus_sum = 0, last_us = 0;
@@ -703,7 +723,7 @@ int cmd_bench(int argc, char **argv)
         last_us = res.time_us;
         done++;
         if (rank == 0)
-            print_result(&o, nranks, &res);
+            print_result(&o, nranks, &res, strata_comm_calibration(comm));
     }
     if (rank == 0 && !o.json) {
         if (o.coll != STRATA_COLL_BARRIER)

@@ -14,11 +14,11 @@ static int usage(int rc)
 {
     fprintf(
         rc ? stderr : stdout,
-        "usage: strata probe [--bytes SIZE] [--iters N] [--lat-iters N] [--out FILE] [--json]\n"
+        "usage: strata probe [--bytes SIZE] [--lat-iters N] [--out FILE] [--json]\n"
         "  run under a launcher: strata launch -n 8 -- strata probe --out cluster.json\n"
-        "  --bytes SIZE     bandwidth message size, K/M suffixes (default 4M)\n"
-        "  --iters N        bandwidth messages per test (default 8)\n"
-        "  --lat-iters N    ping-pongs per latency test (default 200)\n"
+        "  --bytes SIZE     bytes of every bandwidth stream, K/M/G suffixes (default: each\n"
+        "                   sized to last about STRATA_TOPO_CALIBRATE_MS)\n"
+        "  --lat-iters N    ping-pongs per latency test (default 20)\n"
         "  --out FILE       write the measured fabric as a cluster file (STRATA_TOPO_FILE)\n"
         "  --json           print the measurements as one JSON object\n"
         "The ranks' places come from STRATA_TOPO_PATH / STRATA_TOPO_FILE (else their hosts).\n");
@@ -57,10 +57,7 @@ int cmd_probe(int argc, char **argv)
                 fprintf(stderr, "strata probe: --bytes expects a size like 4M, got '%s'\n", v);
                 return 2;
             }
-            o.bw_bytes = (size_t)b;
-        } else if (!strcmp(a, "--iters")) {
-            if (!cmd_int_option("probe", a, v, 1, 100000, &o.bw_iters))
-                return 2;
+            o.stream_bytes = (size_t)b;
         } else if (!strcmp(a, "--lat-iters")) {
             if (!cmd_int_option("probe", a, v, 1, 1000000, &o.lat_iters))
                 return 2;
@@ -87,34 +84,23 @@ int cmd_probe(int argc, char **argv)
         if (json) {
             printf("{\"nranks\":%d,\"levels\":[", n);
             for (int l = 0; l < r.topo.nlevels; l++) {
-                const strata_probe_level_t *p = &r.level[l];
+                const strata_link_sample_t *p = &r.calib.sample[l];
                 printf("%s{\"name\":\"%s\",\"measured\":%s", l ? "," : "", r.topo.level[l].name,
                        p->measured ? "true" : "false");
-                if (p->measured)
+                double bw, agg;
+                if (p->measured) {
+                    strata_link_sample_rates(p, &bw, &agg);
                     printf(",\"pair\":[%d,%d],\"latency_us\":%.3f,\"bandwidth_GBps\":%.6f,"
                            "\"pairs\":%d,\"aggregate_GBps\":%.6f,\"oversubscription\":%.3f",
-                           p->a, p->b, p->latency_s * 1e6, p->bw_Bps / 1e9, p->pairs,
-                           p->agg_Bps / 1e9, p->oversub);
+                           p->a, p->b, p->latency_s * 1e6, bw / 1e9, p->pairs, agg / 1e9,
+                           r.topo.level[l].oversub);
+                }
                 printf("}");
             }
             printf("]}\n");
         } else {
-            printf("# strata probe: %d ranks, %zu-byte messages x %d, %d ping-pongs\n", n,
-                   o.bw_bytes, o.bw_iters, o.lat_iters);
-            printf("%-8s %9s %12s %14s %6s %14s %8s\n", "level", "pair", "latency_us",
-                   "bandwidth_MBps", "pairs", "aggregate_MBps", "oversub");
-            for (int l = 0; l < r.topo.nlevels; l++) {
-                const strata_probe_level_t *p = &r.level[l];
-                if (!p->measured) {
-                    printf("%-8s %9s   (no pair of ranks crosses this level)\n",
-                           r.topo.level[l].name, "-");
-                    continue;
-                }
-                char pair[32];
-                snprintf(pair, sizeof pair, "%d-%d", p->a, p->b);
-                printf("%-8s %9s %12.1f %14.1f %6d %14.1f %8.2f\n", r.topo.level[l].name, pair,
-                       p->latency_s * 1e6, p->bw_Bps / 1e6, p->pairs, p->agg_Bps / 1e6, p->oversub);
-            }
+            printf("# strata probe: %d ranks, measured in %.2f s\n", n, r.calib.seconds);
+            strata_link_calib_describe(&r.calib, stdout);
         }
         if (out) {
             FILE *f = fopen(out, "w");
