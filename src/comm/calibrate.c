@@ -5,7 +5,7 @@
  *
  *   1. a pair (a, b) meeting at that level, from the two largest child units of one unit (so a
  *      small unit's uplink limits it least: pick_units), opens its connection, then a 20-round
- *      ping-pong (latency: the median) and streams a -> b of 1, 2, 4, ... chunks until one lasts
+ *      ping-pong (latency: the fastest) and streams a -> b of 1, 2, 4, ... chunks until one lasts
  *      half of STRATA_TOPO_CALIBRATE_MS, that size twice (bandwidth: the faster);
  *   2. an allreduce (max) hands a's numbers to every rank, exactly;
  *   3. above the host level, the k ranks of a's child unit stream at once to k partners in b's
@@ -91,42 +91,30 @@ static strata_status_t receive(strata_comm_t *c, int src, char *buf, int64_t *ch
     return strata_send(c, &ack, 1, STRATA_DTYPE_U8, src, TAG_ACK);
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* One-way latency between a and b (on a): half the median of `rounds` round trips, so that a rank
- * descheduled for a few of them (a shared or oversubscribed machine) does not set it. */
+/* One-way latency between a and b (on a): half the fastest of `rounds` round trips. The link's
+ * latency, not a busy host's: on a loaded machine most round trips wait for a core (the median
+ * was 2 ms where the link takes 20 us), and collectives that keep their ranks busy wait far less
+ * than a ping-pong that puts them to sleep at every message. */
 static strata_status_t pingpong(strata_comm_t *c, int a, int b, int rounds, double *one_way)
 {
     const int me = strata_comm_rank(c), peer = me == a ? b : a;
-    double *rt = malloc((size_t)rounds * sizeof *rt);
-    if (!rt)
-        return st_error(STRATA_ERR_NO_MEMORY, "calibration: out of memory");
     char x[8] = {0};
-    strata_status_t rc = STRATA_OK;
-    for (int i = -3; i < rounds && rc == STRATA_OK; i++) {
+    double best = 0;
+    for (int i = -3; i < rounds; i++) {
         double t0 = now_s();
         if (me == a) {
-            rc = strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
-            if (rc == STRATA_OK)
-                rc = strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
+            ST_TRY(strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
+            ST_TRY(strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
         } else {
-            rc = strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
-            if (rc == STRATA_OK)
-                rc = strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING);
+            ST_TRY(strata_recv(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
+            ST_TRY(strata_send(c, x, sizeof x, STRATA_DTYPE_U8, peer, TAG_PING));
         }
-        if (i >= 0)
-            rt[i] = now_s() - t0;
+        double rt = now_s() - t0;
+        if (i == 0 || (i > 0 && rt < best))
+            best = rt;
     }
-    if (rc == STRATA_OK) {
-        qsort(rt, (size_t)rounds, sizeof *rt, cmp_double);
-        *one_way = (rounds % 2 ? rt[rounds / 2] : (rt[rounds / 2 - 1] + rt[rounds / 2]) / 2) / 2;
-    }
-    free(rt);
-    return rc;
+    *one_way = best / 2;
+    return STRATA_OK;
 }
 
 /* The units measured at level l: U and V, two children (level l-1 units; single ranks at level 0)
@@ -216,8 +204,9 @@ static strata_status_t measure_level(strata_comm_t *c, const strata_fabric_t *f,
     const int me = strata_comm_rank(c), a = u[0], b = v[0];
     double res[3] = {0, 0, 0}, secs; // latency, bytes, seconds: measured on a, 0 elsewhere
     int64_t got = 0;
-    // No barrier first: the collective that ended the previous step (the placement's allgather,
-    // the previous level's allreduce) returned only once every rank had entered it.
+    // No barrier first: the collective that ended the previous step (the placement's allgather at
+    // creation, strata_comm_measure_links' barrier, the previous level's allreduce) returned only
+    // once every rank had entered it.
     if (me == a || me == b) // its untimed rounds open the connection
         ST_TRY(pingpong(c, a, b, p->lat_rounds, me == a ? &res[0] : &secs));
     if (me == a)
@@ -321,6 +310,7 @@ strata_status_t strata_comm_measure_links(strata_comm_t *comm, int lat_rounds, s
     const plan_t p = {.lat_rounds = lat_rounds ? lat_rounds : LAT_ROUNDS,
                       .chunks = chunks,
                       .target_s = (double)st_knob_int("STRATA_TOPO_CALIBRATE_MS", 50) / 1e3};
+    ST_TRY(strata_barrier(comm)); // the caller's traffic is over everywhere
     ST_TRY(measure(comm, &comm->topo->fabric, &p, out));
     return fit(&comm->topo->fabric, out);
 }
