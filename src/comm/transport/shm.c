@@ -444,9 +444,14 @@ static strata_status_t shm_check_peer(st_ep_t *ep, st_transport_t *t, st_peer_t 
     if (c->pidfd < 0)
         return STRATA_OK;
     struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
-    if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN))
-        return st_ep_peer_lost(ep, peer->rank, "exited while this rank was exchanging data with it");
-    return STRATA_OK;
+    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+        return STRATA_OK;
+    // A peer that finished its part and left may have left what it sent us in the ring, for a
+    // receive posted after it arrived: the peer is lost only once nothing of it is left to read.
+    uint64_t tail = atomic_load_explicit(&c->rx->tail, memory_order_relaxed);
+    if (atomic_load_explicit(&c->rx->head, memory_order_acquire) != tail)
+        return STRATA_OK;
+    return st_ep_peer_lost(ep, peer->rank, "exited while this rank was exchanging data with it");
 }
 
 const st_transport_ops_t st_shm_ops = {
