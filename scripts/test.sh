@@ -22,7 +22,9 @@ for p in "${presets[@]}"; do
     labels=()
     # TSan runs the unit and multi-rank tests, less the >= 16 MiB cases (minutes there, and the
     # release and ASan runs cover them).
-    [ "$p" = tsan ] && labels=(-L "unit|mr" -LE large)
+    [ "$p" = tsan ] && labels=(-L "unit|mr" -LE "large|heavy")
+    # ASan leaves out the "heavy" tests (the planner's leave-one-out refits: many minutes there).
+    [ "$p" = asan ] && labels=(-LE heavy)
     [ "$p" = tsan ] && export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}"
     echo "=== $p tests ==="
     (cd "build/$p" && ctest --output-on-failure -j "$jobs" "${labels[@]}")

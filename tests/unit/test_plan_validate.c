@@ -176,13 +176,19 @@ static void test_validate_is_honest(void **state)
     strata_vtable_free(&t);
 }
 
-int main(void)
+/* "quick" (the default): the tables; "loo": the leave-one-out validations, each a few dozen
+ * refits (a minute here, too long under the sanitizers: ctest label "heavy"). */
+int main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest quick[] = {
         cmocka_unit_test(test_megatron_tables),
         cmocka_unit_test(test_held_out_tables_load),
+    };
+    const struct CMUnitTest loo[] = {
         cmocka_unit_test(test_validate_stages),
         cmocka_unit_test(test_validate_is_honest),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (argc > 1 && !strcmp(argv[1], "loo"))
+        return cmocka_run_group_tests(loo, NULL, NULL);
+    return cmocka_run_group_tests(quick, NULL, NULL);
 }
