@@ -77,12 +77,94 @@ typedef struct strata_gpt strata_gpt_t;
 typedef struct strata_tensor_info {
     const char *name;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2]; /* this rank's part (the whole tensor without tensor parallelism) */
     size_t offset; /* in floats, from the arena start */
     size_t count;
     int segment;
     bool decay; /* weight decay applies (2-D matrices); not on norms, biases */
+    /* Tensor parallelism: how this rank's part is cut from the whole tensor (see "tensor
+     * parallelism" below). split_dim -1: replicated, the whole tensor on every TP rank. 0 or 1:
+     * along that dimension, viewed as split_groups equal blocks each cut in tp equal parts, of which
+     * the rank holds part tp_rank of every block (qkv: 3 blocks q | k | v, cut by heads). */
+    int split_dim;
+    int split_groups;
+    int64_t full_shape[2]; /* the whole tensor */
+    size_t full_offset;    /* its offset in the whole model's arena (the one-process layout) */
 } strata_tensor_info_t;
+
+/* ---- tensor parallelism (Megatron-LM) -----------------------------------------------------------
+ * A model of a TP group of tp ranks holds on each rank its part of every tensor:
+ *   wte (vocab x C)          vocabulary-parallel: rows [r V/tp, (r+1) V/tp); the tied head computes
+ *                            only those logits, and the cross-entropy reduces the row max, the
+ *                            sum of exps and the target logit over the group (the full logits are
+ *                            never gathered)
+ *   attn.qkv (3C x C), bias  column-parallel by heads: heads [r NH/tp, (r+1) NH/tp) of q, k and v
+ *   attn.proj (C x C)        row-parallel: input columns of those heads; its bias replicated
+ *   mlp.fc (F x C), bias     column-parallel: rows [r F/tp, (r+1) F/tp)
+ *   mlp.proj (C x F)         row-parallel: input columns [r F/tp, ...); its bias replicated
+ *   wpe, LayerNorms          replicated
+ * One collective forward and one backward per sub-block (attention, MLP), none inside, plus the
+ * embedding's and the head's. Without sequence parallelism the residual stream is whole on every
+ * rank: an all-reduce after each row-parallel product, and one on the input gradient of each
+ * column-parallel product. With sequence parallelism (sp) the residual stream, LayerNorms, biases
+ * and dropout-free residual adds work on 1/tp of the B x T rows: an all-gather before each
+ * column-parallel product and a reduce-scatter after each row-parallel one (and the mirror images
+ * backward); the replicated tensors' gradients are then partial and are summed over the group
+ * before their segment's grad_ready. Rows are cut in `chunks` blocks of B*T/chunks (each cut in tp),
+ * so the collective of one block runs while the product of the next computes (overlap).
+ *
+ * The model does not talk to the network itself: it starts and waits for collectives over its TP
+ * group through strata_tp_ops_t (src/parallel/tp.c implements them on a communicator). Every
+ * buffer is float32; n counts floats per rank. */
+typedef enum strata_tp_coll {
+    STRATA_TP_ALLREDUCE_SUM = 0, /* out[n] = sum over ranks of in[n] (in == out allowed) */
+    STRATA_TP_ALLREDUCE_MAX,     /* out[n] = max over ranks */
+    STRATA_TP_ALLGATHER,         /* out[tp * n] = every rank's in[n], in rank order */
+    STRATA_TP_REDUCE_SCATTER,    /* out[n] = block `rank` of the sum over ranks of in[tp * n] */
+} strata_tp_coll_t;
+
+typedef struct strata_tp_ops {
+    void *ctx;
+    /* Starts a collective; *handle is waited on with wait (exactly once). */
+    strata_status_t (*start)(void *ctx, strata_tp_coll_t coll, const float *in, float *out,
+                             size_t n, void **handle);
+    strata_status_t (*wait)(void *ctx, void *handle);
+    /* Advances outstanding collectives without blocking (may be NULL). */
+    void (*progress)(void *ctx);
+} strata_tp_ops_t;
+
+typedef struct strata_gpt_shard {
+    int tp, tp_rank; /* group size and this rank's place in it (1, 0: the whole model) */
+    bool sp;         /* sequence parallelism (needs B*T divisible by chunks * tp) */
+    int chunks;      /* row blocks per TP collective for overlap; 0 = automatic (2 where B*T allows
+                        it, else 1) */
+    strata_tp_ops_t ops; /* required when tp > 1; must outlive the model */
+} strata_gpt_shard_t;
+
+/* The whole model: tp 1. */
+STRATA_API strata_gpt_shard_t strata_gpt_shard_none(void);
+
+/* Checks that a configuration can be cut tp ways: n_head, vocab and d_ff divisible by tp (names the
+ * constraint that fails). Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status_t strata_gpt_config_check_tp(const strata_gpt_config_t *cfg, int tp);
+
+/* As strata_model_create, for this rank's part of a TP group. The parameters are this rank's part of
+ * exactly the parameters the whole model gets with `seed` (so a TP run starts where the one-process
+ * run starts). Errors: as create, plus the TP constraints above and a missing ops table. */
+STRATA_API strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
+                                                     const strata_gpt_shard_t *shard, int max_batch,
+                                                     uint64_t seed, strata_gpt_t **out);
+
+STRATA_API const strata_gpt_shard_t *strata_model_shard(const strata_gpt_t *m);
+
+/* Parameters of the whole model (equals strata_model_nparams at tp 1). */
+STRATA_API size_t strata_model_full_nparams(const strata_gpt_t *m);
+
+/* Copies between a whole tensor (full_shape, row-major) and part `tp_rank` of it for a TP group of
+ * `tp` (t->shape): to_part true copies whole -> part, false part -> whole (only the part's elements
+ * of `whole` are written). A replicated tensor is copied whole. */
+STRATA_API void strata_tensor_part_copy(const strata_tensor_info_t *t, int tp, int tp_rank,
+                                        float *whole, float *part, bool to_part);
 
 /* Allocates parameters (initialised with `seed`, GPT-2 scheme), gradients and activations for
  * batches of at most max_batch rows of at most cfg->max_seq tokens. *out is NULL on failure.
@@ -94,8 +176,9 @@ STRATA_API void strata_model_destroy(strata_gpt_t *m);
 
 STRATA_API const strata_gpt_config_t *strata_model_config(const strata_gpt_t *m);
 
-/* Re-initialises the parameters deterministically from seed (same as create). */
-STRATA_API void strata_model_init_params(strata_gpt_t *m, uint64_t seed);
+/* Re-initialises the parameters deterministically from seed (same as create). Errors:
+ * STRATA_ERR_NO_MEMORY (a TP part is cut from a whole tensor drawn in a temporary buffer). */
+STRATA_API strata_status_t strata_model_init_params(strata_gpt_t *m, uint64_t seed);
 
 /* The arenas: P = strata_model_nparams floats each. The model owns them. */
 STRATA_API size_t strata_model_nparams(const strata_gpt_t *m);
@@ -145,7 +228,8 @@ STRATA_API void strata_model_set_progress(strata_gpt_t *m, strata_model_progress
 STRATA_API strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens,
                                                 const int32_t *targets, int B, int T, float *loss);
 
-/* Logits (B x T x vocab) of the last forward; valid until the next forward or backward. */
+/* Logits (B x T x vocab) of the last forward; valid until the next forward or backward. Under
+ * tensor parallelism: B x T x vocab/tp, this rank's vocabulary slice. */
 STRATA_API const float *strata_model_logits(const strata_gpt_t *m);
 
 /* Backward pass of the last forward (which must have had targets): OVERWRITES the gradient arena

@@ -7,30 +7,36 @@
 #include "model/layers.h"
 #include "model/vecmath.h"
 
-void st_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
-                        int T, int C)
+void st_encoder_forward(float *out, const int32_t *tok, const float *wte, int v0, int v1,
+                        const float *wpe, int B, int T, int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
-            const float *e = wte + (size_t)tok[b * T + t] * C;
-            const float *p = wpe + (size_t)t * C;
+            int v = tok[b * T + t];
+            const float *e = v >= v0 && v < v1 ? wte + (size_t)(v - v0) * C : NULL;
+            const float *p = wpe ? wpe + (size_t)t * C : NULL;
             for (int i = 0; i < C; i++)
-                o[i] = e[i] + p[i];
+                o[i] = (e ? e[i] : 0.f) + (p ? p[i] : 0.f);
         }
 }
 
-void st_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B,
-                         int T, int C)
+void st_encoder_backward(float *dwte, int v0, int v1, float *dwpe, const float *dout,
+                         const int32_t *tok, int B, int T, int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            float *de = dwte + (size_t)tok[b * T + t] * C;
-            float *dp = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
-                de[i] += d[i];
-                dp[i] += d[i];
+            int v = tok[b * T + t];
+            if (v >= v0 && v < v1) {
+                float *de = dwte + (size_t)(v - v0) * C;
+                for (int i = 0; i < C; i++)
+                    de[i] += d[i];
+            }
+            if (dwpe) {
+                float *dp = dwpe + (size_t)t * C;
+                for (int i = 0; i < C; i++)
+                    dp[i] += d[i];
             }
         }
 }
@@ -105,19 +111,34 @@ void st_matmul_forward(float *out, const float *inp, const float *w, const float
     st_sgemm(0, 1, N, OC, C, 1.f, inp, C, w, C, bias ? 1.f : 0.f, out, OC);
 }
 
+void st_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC)
+{
+    st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, 0.f, dinp, C);
+}
+
 ST_VEC_CLONES
+void st_bias_backward(float *dbias, const float *dout, int N, int OC)
+{
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * OC;
+        for (int o = 0; o < OC; o++)
+            dbias[o] += d[o];
+    }
+}
+
+void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
+                               int C, int OC)
+{
+    st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dw, C);
+    if (dbias)
+        st_bias_backward(dbias, dout, N, OC);
+}
+
 void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                         const float *w, int N, int C, int OC, float dinp_beta)
 {
     st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, dinp_beta, dinp, C);
-    st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dw, C);
-    if (dbias) {
-        for (int n = 0; n < N; n++) {
-            const float *d = dout + (size_t)n * OC;
-            for (int o = 0; o < OC; o++)
-                dbias[o] += d[o];
-        }
-    }
+    st_matmul_backward_weight(dw, dbias, dout, inp, N, C, OC);
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */

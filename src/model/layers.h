@@ -14,12 +14,14 @@
 void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
-/* out[B,T,C] = wte[tok[b,t]] + wpe[t]. */
-void st_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
-                        int T, int C);
-/* dwte[V,C] += scatter, dwpe[T,C] += sum over b. */
-void st_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B,
-                         int T, int C);
+/* out[B,T,C] = wte[tok[b,t] - v0] + wpe[t], where wte holds the vocabulary rows [v0, v1) (a token
+ * outside them contributes zeros) and wpe may be NULL (no position term). */
+void st_encoder_forward(float *out, const int32_t *tok, const float *wte, int v0, int v1,
+                        const float *wpe, int B, int T, int C);
+/* dwte[v1-v0,C] += scatter of the rows whose token is in [v0, v1), dwpe[T,C] += sum over b (dwpe
+ * may be NULL). */
+void st_encoder_backward(float *dwte, int v0, int v1, float *dwpe, const float *dout,
+                         const int32_t *tok, int B, int T, int C);
 
 /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N]. */
 void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -35,6 +37,12 @@ void st_matmul_forward(float *out, const float *inp, const float *w, const float
  * (dbias may be NULL). */
 void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                         const float *w, int N, int C, int OC, float dinp_beta);
+/* Its two halves: dinp[N,C] = dout w (written); dw[OC,C] += dout^T inp, dbias[OC] += colsum(dout). */
+void st_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC);
+void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
+                               int C, int OC);
+/* dbias[OC] += column sums of dout[N,OC]. */
+void st_bias_backward(float *dbias, const float *dout, int N, int OC);
 
 /* out[n] = gelu_tanh(inp[n]). */
 void st_gelu_forward(float *out, const float *inp, size_t n);
@@ -54,8 +62,18 @@ void st_attention_backward(float *dqkv, float *scratch, const float *dout, const
 /* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
  * the mean loss (summed in double). */
 float st_xent_forward(float *lse, const float *logits, const int32_t *targets, int N, int V);
-/* dlogits[N,V] = (softmax(logits) - onehot(target)) * scale; may alias logits. */
+/* dlogits[N,V] = (softmax(logits) - onehot(target - v0)) * scale, for the vocabulary slice
+ * [v0, v0 + V) of the logits (v0 0: all of it; a target outside the slice has no one-hot here);
+ * may alias logits. lse is the log-sum-exp over the whole vocabulary. */
 void st_xent_backward(float *dlogits, const float *logits, const float *lse,
-                      const int32_t *targets, int N, int V, float scale);
+                      const int32_t *targets, int v0, int N, int V, float scale);
+
+/* The pieces of a cross-entropy whose vocabulary is cut in slices (tensor parallelism), for the
+ * slice [v0, v0 + V) of logits[N,V]: mx[n] = the row's max; then, given the max over every slice,
+ * sumexp[n] = sum of exp(logit - mx[n]) over the slice and tlogit[n] = the target's logit when the
+ * target is in the slice, else 0. Summed over the slices: lse = mx + log(sumexp). */
+void st_xent_rowmax(float *mx, const float *logits, int N, int V);
+void st_xent_slice(float *sumexp, float *tlogit, const float *logits, const float *mx,
+                   const int32_t *targets, int v0, int N, int V);
 
 #endif

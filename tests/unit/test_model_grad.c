@@ -222,7 +222,7 @@ typedef struct { int32_t tok[6]; float *wte, *wpe; int B, T, C; } en_t;
 static void en_fwd(void *c, float *out)
 {
     en_t *e = c;
-    st_encoder_forward(out, e->tok, e->wte, e->wpe, e->B, e->T, e->C);
+    st_encoder_forward(out, e->tok, e->wte, 0, 4, e->wpe, e->B, e->T, e->C);
 }
 static void test_encoder(void **state)
 {
@@ -230,7 +230,7 @@ static void test_encoder(void **state)
     en_t e = {{1, 3, 1, 0, 2, 3}, rnd(4 * 4, 1), rnd(3 * 4, 1), 2, 3, 4};
     size_t nout = 2 * 3 * 4;
     float *out = zeros(nout), *R = rnd(nout, 1), *dwte = zeros(16), *dwpe = zeros(12);
-    st_encoder_backward(dwte, dwpe, R, e.tok, 2, 3, 4);
+    st_encoder_backward(dwte, 0, 4, dwpe, R, e.tok, 2, 3, 4);
     fd_check("enc.dwte", en_fwd, &e, e.wte, 16, dwte, out, R, nout);
     fd_check("enc.dwpe", en_fwd, &e, e.wpe, 12, dwpe, out, R, nout);
     free(e.wte), free(e.wpe), free(out), free(R), free(dwte), free(dwpe);
@@ -249,7 +249,7 @@ static void test_xent(void **state)
     xe_t x = {rnd(4 * 11, 2), zeros(4), {3, 0, 10, 5}, 4, 11};
     float out[1], R[1] = {1.f}, *d = zeros(44);
     xe_fwd(&x, out);
-    st_xent_backward(d, x.logits, x.lse, x.tgt, 4, 11, 1.f / 4);
+    st_xent_backward(d, x.logits, x.lse, x.tgt, 0, 4, 11, 1.f / 4);
     fd_check("xent", xe_fwd, &x, x.logits, 44, d, out, R, 1);
     free(x.logits), free(x.lse), free(d);
 }

@@ -1,0 +1,103 @@
+/* The GPT model object, shared by its files: gpt.c (layout, initialisation, create), pass.c (the
+ * forward/backward drivers and the parameter hooks) and tp.c (the tensor-parallel linear layers,
+ * embedding and cross-entropy, with their collectives). Internal to the model part. */
+#ifndef ST_MODEL_GPT_INTERNAL_H
+#define ST_MODEL_GPT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/model.h"
+
+/* Offsets of one block's tensors relative to the block's segment start (the same for every block). */
+typedef struct block_layout {
+    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fc2w, fc2b;
+} block_layout_t;
+
+/* Activations of one block, pointers into the activation arena. Rows: the residual stream (x, ln*,
+ * res*, their statistics) has R rows (B*T, or B*T/tp with sequence parallelism); the head-split
+ * tensors (qkv, atty, att, fch) have all B*T rows and this rank's columns. */
+typedef struct block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res1;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res2;
+} block_acts_t;
+
+struct strata_gpt {
+    strata_gpt_config_t cfg;
+    strata_gpt_shard_t shard;
+    int max_batch;
+    size_t P, P_full;
+    float *params, *grads;
+    int ntensors;
+    strata_tensor_info_t *tensors;
+    char *names; /* storage of the tensor names */
+    int nseg;
+    size_t *seg_off, *seg_cnt;
+    block_layout_t bl;
+    size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment */
+    int Cl, Fl, NHl, Vl;         /* this rank's attention width, MLP width, heads, vocabulary */
+    float *acts;
+    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse;
+    block_acts_t *ba;
+    float *dres, *dbuf, *dqkv, *dfch, *dscratch;
+    float *full, *dfull, *dpart, *xent; /* TP: whole-row gather buffers, the CE reductions */
+    float *packed;                      /* SP: a segment's replicated gradients, to sum */
+    int32_t *tokens, *targets;
+    int B, T;
+    bool have_targets, logits_valid;
+    strata_param_hooks_t hooks;
+    bool has_hooks;
+    strata_model_progress_fn progress;
+    void *progress_ctx;
+};
+
+/* Lets a communication engine advance between matrix products (strata_model_set_progress, and the
+ * TP group's collectives). */
+void st_model_progress(strata_gpt_t *m);
+
+/* Most row blocks a TP collective is cut into. */
+#define ST_TP_MAX_CHUNKS 8
+
+/* Rows of the residual stream on this rank for N = B*T tokens. */
+static inline int st_model_rows(const strata_gpt_t *m, int N)
+{
+    return m->shard.sp ? N / m->shard.tp : N;
+}
+
+/* ---- tp.c: layers over the TP group (plain kernels at tp 1) --------------------------------------
+ * x/X: residual-stream rows (R = st_model_rows); full-row tensors have N rows. */
+
+/* The row blocks collectives are cut into for N rows (1 at tp 1). */
+int st_tp_chunks(const strata_gpt_t *m, int N);
+
+/* Column-parallel linear forward: y[N, OC] = X w^T + bias, X the whole rows of x (gathered from
+ * the sequence shards under sp). */
+strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, const float *w,
+                                     const float *bias, int N, int C, int OC);
+/* Its backward: dx[R, C] += the input gradient (summed over the group), dw/dbias += (dbias may be
+ * NULL). x as in forward (re-gathered under sp). */
+strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
+                                      const float *dy, const float *x, const float *w, int N,
+                                      int C, int OC);
+/* Row-parallel linear forward: y[R, OC] = sum over the group of a w^T (a: N x K, this rank's input
+ * columns), + bias, + residual (may be NULL). */
+strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, const float *w,
+                                  const float *bias, const float *residual, int N, int K, int OC);
+/* Its backward: da[N, K] = dy w (written), dw += dy^T a, dbias += column sums of dy's rows here. */
+strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float *dbias,
+                                   const float *dy, const float *a, const float *w, int N, int K,
+                                   int OC);
+/* Vocabulary-parallel embedding: out[R, C] = wte[tok] + wpe[t], summed over the vocabulary slices. */
+strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wte, const float *wpe,
+                                    int B, int T);
+/* Its backward from dout[R, C]: dwte (this slice) and dwpe. */
+strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, const float *dout,
+                                     int B, int T);
+/* Vocabulary-parallel cross-entropy of logits[N, Vl] (this rank's slice): lse[N] and the mean loss. */
+strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N);
+/* Sums, under sp, the replicated tensors' gradients of segment seg over the group (they are partial:
+ * each rank saw its own rows). Nothing to do otherwise. */
+strata_status_t st_tp_reduce_replicated(strata_gpt_t *m, int seg);
+
+#endif
