@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "strata/comm.h"
+#include "strata/model.h"
 #include "strata/status.h"
 
 #ifdef __cplusplus
@@ -201,6 +202,29 @@ STRATA_API size_t strata_zero_qbytes(size_t count);
 STRATA_API void strata_zero_quantize(const float *x, size_t count, void *out);
 /* Writes (accumulate = false) or adds (true) the dequantised values into y. */
 STRATA_API void strata_zero_dequantize(const void *in, size_t count, float *y, bool accumulate);
+
+/* ---- tensor parallelism: the TP group's collectives for the model ----------------------------------
+ * A strata_tp_group_t runs the model's tensor-parallel collectives (strata_tp_ops_t in model.h) as
+ * non-blocking collectives on a communicator (the mesh's tp group) and measures them: how long each
+ * was in flight (start to completion) and how long the model waited for it, so 1 - wait/flight is
+ * the share of TP communication hidden behind computation. Waits appear as "tp.wait" spans in the
+ * Chrome trace. One thread; the group borrows comm. */
+typedef struct strata_tp_group strata_tp_group_t;
+
+typedef struct strata_tp_stats {
+    uint64_t ops;    /* collectives completed */
+    uint64_t bytes;  /* payload per rank */
+    double flight_s; /* sum over collectives of start -> completion */
+    double wait_s;   /* time the model was blocked waiting */
+} strata_tp_stats_t;
+
+STRATA_API strata_status_t strata_tp_group_create(strata_comm_t *comm, strata_tp_group_t **out);
+/* Waits for whatever is still in flight (after an error), then frees. NULL is a no-op. */
+STRATA_API void strata_tp_group_destroy(strata_tp_group_t *g);
+/* The ops table to put in strata_gpt_shard_t.ops (valid while g lives). */
+STRATA_API strata_tp_ops_t strata_tp_group_ops(strata_tp_group_t *g);
+STRATA_API strata_tp_stats_t strata_tp_group_stats(const strata_tp_group_t *g);
+STRATA_API void strata_tp_group_reset_stats(strata_tp_group_t *g);
 
 #ifdef __cplusplus
 }
