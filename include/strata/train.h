@@ -241,6 +241,11 @@ typedef struct strata_train_config {
     bool qwz, qgz;         /* int8 weight all-gathers / gradient reduce-scatters (off) */
     int64_t bucket;        /* floats per gradient bucket (0 = engine default) */
     int straggler_window;  /* steps per straggler- and slow-link-detection window (20; 0 = off) */
+    /* the device mesh (strata/mesh.h): tensor parallelism inside, data parallelism over the rest */
+    int tp;                /* tensor-parallel group size (1) */
+    bool sp;               /* sequence parallelism inside the TP group (off) */
+    bool tp_overlap;       /* TP collectives cut in row blocks to overlap the products (on) */
+    char order[32];        /* mesh order, innermost first ("tp,cp,pp,dp"); "" = the cost model's */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -250,7 +255,8 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
  * "eval_batches", "val_fraction",
- * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket"}.
+ * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
+ * "tp_overlap"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
 

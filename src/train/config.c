@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "base/json.h"
+#include "strata/netmodel.h"
 #include "strata/train.h"
 
 strata_train_config_t strata_train_config_default(void)
@@ -29,6 +30,8 @@ strata_train_config_t strata_train_config_default(void)
     c.trace_step = 2;
     c.eval_batches = 4;
     c.straggler_window = 20;
+    c.tp = 1;
+    c.tp_overlap = true;
     c.progress = true;
     return c;
 }
@@ -43,7 +46,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
-        "mem_ckpt_every", "straggler_window", NULL};
+        "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -98,6 +101,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("zero", 0, 3, c->zero);
     GET_I64("tiers", 0, 3, c->tiers);
     GET_I64("bucket", 0, 1 << 30, c->bucket);
+    GET_I64("tp", 1, 1024, c->tp);
 #undef GET_I64
 #undef GET_F
     ST_TRY_GOTO(st_json_get_string(&doc, r, "ckpt_dir", 0, false, c->ckpt_dir, sizeof c->ckpt_dir),
@@ -110,6 +114,15 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_string(&doc, r, "hpz", 0, false, c->hpz, sizeof c->hpz), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "qwz", 0, false, &c->qwz), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "qgz", 0, false, &c->qgz), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "sp", 0, false, &c->sp), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "tp_overlap", 0, false, &c->tp_overlap), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "order", 0, false, c->order, sizeof c->order), rc, out);
+    strata_dim_t order[STRATA_DIM_COUNT];
+    if (c->order[0] && strata_order_parse(c->order, order) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"order\": %s", path,
+                      st_json_key_line(&doc, "order", 0), strata_last_error());
+        goto out;
+    }
     s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "nonfinite", 0, false, s, sizeof s), rc, out);
     if (s[0] && strata_nonfinite_parse(s, &c->nonfinite) < 0) {
@@ -146,21 +159,24 @@ strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out
 
 int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_t size)
 {
-    char model[1024], hpz[6 * sizeof c->hpz + 3];
+    char model[1024], hpz[6 * sizeof c->hpz + 3], order[6 * sizeof c->order + 3];
     if (strata_gpt_config_to_json(&c->model, model, sizeof model) < 0)
         return -1;
     st_json_quote(c->hpz, hpz, sizeof hpz); // from a file or the command line: may hold a quote
+    st_json_quote(c->order, order, sizeof order);
     int n = snprintf(buf, size,
                      "{\"model\":%s,\"batch\":%d,\"seq\":%d,\"steps\":%" PRId64 ",\"seed\":%" PRIu64
                      ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
                      ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
                      "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
-                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s}",
+                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"tp\":%d,\"sp\":%s,\"order\":%s,"
+                     "\"tp_overlap\":%s}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
                      (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
                      (double)c->grad_clip, c->val_fraction, c->zero, hpz, c->tiers,
-                     c->qwz ? "true" : "false", c->qgz ? "true" : "false");
+                     c->qwz ? "true" : "false", c->qgz ? "true" : "false", c->tp,
+                     c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false");
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }

@@ -54,6 +54,7 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     t->cfg = *cfg;
     t->nranks = 1;
+    t->tp = t->dp = 1;
     st_trainer_new_run_id(t->run_id);
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
@@ -100,6 +101,8 @@ void strata_trainer_destroy(strata_trainer_t *t)
     if (t->zero) // stages 1-2 leave the last step's all-gathers in flight; after an error: fails fast
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
+    strata_tp_group_destroy(t->tpg);
+    strata_mesh_destroy(t->mesh);
     st_straggler_free(&t->strag);
     st_slowlink_free(&t->links);
     free(t->segs);
@@ -151,6 +154,8 @@ void st_trainer_new_run_id(char out[17])
 
 strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n)
 {
+    if (t->mesh) // the world, not only the data-parallel group
+        return strata_allreduce(t->comm, v, v, (size_t)n, STRATA_DTYPE_F64, STRATA_OP_SUM);
     return t->zero ? strata_zero_allreduce_f64(t->zero, v, n) : STRATA_OK;
 }
 
@@ -194,9 +199,18 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     if (t->zero)
         return st_error(STRATA_ERR_INVALID_ARG, "train: already distributed");
     int N = strata_comm_size(comm), r = strata_comm_rank(comm);
-    if (t->cfg.batch % N != 0)
+    strata_comm_t *dp_comm = comm;
+    t->comm = comm;
+    t->rank = r;
+    t->nranks = N;
+    t->dp = N;
+    t->dp_rank = r;
+    if (t->cfg.tp > 1 || t->cfg.order[0])
+        ST_TRY(st_trainer_build_mesh(t, comm, &dp_comm));
+    if (t->cfg.batch % t->dp != 0)
         return st_error(STRATA_ERR_INVALID_ARG, "train: the global batch of %d rows does not "
-                        "split evenly over %d ranks (use a multiple of %d)", t->cfg.batch, N, N);
+                        "split evenly over %d data-parallel ranks (use a multiple of %d)",
+                        t->cfg.batch, t->dp, t->dp);
     int S = strata_model_nsegments(t->model);
     t->segs = calloc((size_t)S, sizeof *t->segs);
     t->ranges = calloc((size_t)S, sizeof *t->ranges);
@@ -208,11 +222,8 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->zcfg.nparams = strata_model_nparams(t->model);
     t->zcfg.nsegments = S;
     t->zcfg.segments = t->segs;
-    ST_TRY(strata_zero_create(comm, &t->zcfg, strata_model_param_arena(t->model),
+    ST_TRY(strata_zero_create(dp_comm, &t->zcfg, strata_model_param_arena(t->model),
                               strata_model_grad_arena(t->model), &t->zero));
-    t->comm = comm;
-    t->rank = r;
-    t->nranks = N;
     strata_zero_hooks_t h = strata_zero_hooks(t->zero);
     strata_param_hooks_t ph = {h.ctx, h.acquire, h.release, h.grad_ready};
     strata_model_set_hooks(t->model, &ph);
@@ -230,7 +241,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);
     double halves[2] = {r == 0 ? (double)(id >> 32) : 0, r == 0 ? (double)(id & 0xffffffffu) : 0};
-    ST_TRY(strata_zero_allreduce_f64(t->zero, halves, 2));
+    ST_TRY(st_trainer_all_sum(t, halves, 2));
     snprintf(t->run_id, sizeof t->run_id, "%08" PRIx32 "%08" PRIx32, (uint32_t)halves[0],
              (uint32_t)halves[1]);
     if (r != 0) { // rank 0 alone reports
@@ -324,6 +335,8 @@ static strata_status_t optimizer(strata_trainer_t *t, const strata_zero_shard_t 
                                      sh[i].offset, sh[i].count, step, scale, t->wsq, t->usq);
         if (rc == STRATA_OK && t->zero && t->zcfg.stage > 0) // stage 0: every rank holds all
             rc = strata_zero_allreduce_f64(t->zero, t->wsq, 2 * nt);
+        if (rc == STRATA_OK)
+            rc = st_trainer_tp_tensor_sums(t, t->wsq, t->usq);
         for (int i = 0; i < ns && rc == STRATA_OK; i++)
             rc = strata_lamb_apply(t->model, &c->optim, sh[i].params, t->m + sh[i].state_offset,
                                    t->v + sh[i].state_offset, sh[i].offset, sh[i].count, lr, step,
@@ -358,17 +371,25 @@ static strata_zero_shard_t whole_arena(strata_trainer_t *t)
 static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
 {
     const strata_train_config_t *c = &t->cfg;
-    int rows = c->batch / t->nranks;
+    int rows = c->batch / t->dp;
     float loss = 0;
-    ST_TRY(strata_trainer_forward_backward(t, t->rank * rows, rows, &loss));
+    ST_TRY(strata_trainer_forward_backward(t, t->dp_rank * rows, rows, &loss));
     if (t->sync)
         ST_TRY(t->sync(t->sync_ctx, t, &loss));
     const strata_zero_shard_t *sh;
     int ns;
     ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
     double red[2] = {loss, stop_requested(t) ? 1 : 0}, norm = 0;
-    ST_TRY(strata_zero_allreduce_f64(t->zero, red, 2));
-    ST_TRY(strata_zero_grad_norm(t->zero, &norm));
+    ST_TRY(st_trainer_all_sum(t, red, 2)); // every TP rank of a group has the same loss
+    if (t->tp > 1) {
+        norm = st_trainer_tp_sumsq(t, sh, ns);
+        if (t->zcfg.stage > 0) // stage 0: every data-parallel rank holds every gradient
+            ST_TRY(strata_zero_allreduce_f64(t->zero, &norm, 1));
+        ST_TRY(st_trainer_tp_sum(t, &norm, 1));
+        norm = sqrt(norm);
+    } else {
+        ST_TRY(strata_zero_grad_norm(t->zero, &norm));
+    }
     int64_t step = t->step + 1;
     float lr = lr_at(t, step);
     info->loss = (float)(red[0] / t->nranks);
@@ -494,16 +515,16 @@ static double eval_loss(strata_trainer_t *t)
     if (strata_data_ntokens(t->data, 1) < (size_t)c->seq + 1)
         return NAN;
     double sum = 0;
-    int rows = c->batch / t->nranks; // distributed: this rank's rows, averaged below
+    int rows = c->batch / t->dp; // distributed: this rank's rows, averaged below
     for (int e = 0; e < c->eval_batches; e++) {
         float l;
-        if (strata_data_batch(t->data, 1, c->seed, e, t->rank * rows, rows, c->seq, t->tokens,
+        if (strata_data_batch(t->data, 1, c->seed, e, t->dp_rank * rows, rows, c->seq, t->tokens,
                               t->targets) < 0 ||
             strata_model_forward(t->model, t->tokens, t->targets, rows, c->seq, &l) < 0)
             return NAN;
         sum += l;
     }
-    if (t->zero && strata_zero_allreduce_f64(t->zero, &sum, 1) < 0)
+    if (t->zero && st_trainer_all_sum(t, &sum, 1) < 0)
         return NAN;
     return sum / c->eval_batches / t->nranks;
 }

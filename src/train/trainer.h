@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include "strata/mesh.h"
 #include "strata/train.h"
 #include "train/slowlink.h"
 #include "train/straggler.h"
@@ -35,6 +36,12 @@ struct strata_trainer {
     strata_zero_shard_t *ranges;
     int nranges, rank, nranks;
     size_t state_count; /* elements of m and v */
+    /* the device mesh (strata_trainer_distribute with tp > 1 or an order): NULL mesh = the world
+       is the data-parallel group */
+    strata_mesh_t *mesh;
+    strata_tp_group_t *tpg;   /* the TP group's collectives (tp > 1) */
+    strata_comm_t *tp_comm;   /* borrowed from the mesh */
+    int tp, tp_rank, dp, dp_rank;
     st_straggler_t strag; /* distributed: which rank the others wait for */
     st_slowlink_t links;  /* distributed: which link runs far below the others */
 };
@@ -49,6 +56,25 @@ strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n);
  * not be written, a manifest not committed: the job may go on) or not (a collective failed), and
  * *here whether the failure is this rank's own (its message names its file) or another rank's. */
 strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *agreed, bool *here);
+
+/* ---- trainer_tp.c: the mesh and tensor parallelism ---------------------------------------------- */
+
+/* Builds the device mesh over comm (tp from the config, dp = the rest, the order from the config or
+ * the cost model; rank 0 prints where each dimension's groups lie), re-creates the model as this
+ * rank's TP part when tp > 1, and gives the data-parallel group in *dp_comm. Collective. */
+strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
+                                      strata_comm_t **dp_comm);
+
+/* This rank's share of the sum of squares of the gradients in shards sh[0..ns): the replicated
+ * tensors count 1/tp on each TP rank, so the sum over the world counts them once. */
+double st_trainer_tp_sumsq(const strata_trainer_t *t, const strata_zero_shard_t *sh, int ns);
+
+/* Scales the per-tensor sums of a LAMB step (wsq, usq) of replicated tensors by 1/tp, then sums
+ * both over the TP group. Nothing to do at tp 1. Collective over the TP group. */
+strata_status_t st_trainer_tp_tensor_sums(strata_trainer_t *t, double *wsq, double *usq);
+
+/* Sums n doubles over the TP group (nothing at tp 1). */
+strata_status_t st_trainer_tp_sum(strata_trainer_t *t, double *v, int n);
 
 /* A fresh run id (16 hex digits) from the system's entropy. */
 void st_trainer_new_run_id(char out[17]);
