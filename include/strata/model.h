@@ -166,6 +166,17 @@ STRATA_API size_t strata_model_full_nparams(const strata_gpt_t *m);
 STRATA_API void strata_tensor_part_copy(const strata_tensor_info_t *t, int tp, int tp_rank,
                                         float *whole, float *part, bool to_part);
 
+/* Floats in the arena of one rank of a TP group of tp (the whole model's at tp 1); 0 when the
+ * configuration cannot be cut tp ways. */
+STRATA_API size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp);
+
+/* Converts between the whole model's arena (the one-process layout) and the arenas of the tp ranks
+ * of a TP group laid one after another (rank 0's first, strata_gpt_config_part_nparams floats
+ * each): to_parts true fills `parts` from `whole`, false fills `whole` from `parts` (a replicated
+ * tensor is taken from rank 0). Errors: STRATA_ERR_INVALID_ARG (cannot be cut), NO_MEMORY. */
+STRATA_API strata_status_t strata_gpt_arena_tp_convert(const strata_gpt_config_t *cfg, int tp,
+                                                       float *whole, float *parts, bool to_parts);
+
 /* Allocates parameters (initialised with `seed`, GPT-2 scheme), gradients and activations for
  * batches of at most max_batch rows of at most cfg->max_seq tokens. *out is NULL on failure.
  * Errors: STRATA_ERR_INVALID_ARG (config), STRATA_ERR_NO_MEMORY. */

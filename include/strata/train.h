@@ -135,7 +135,8 @@ typedef struct strata_ckpt_manifest {
     int64_t step;
     char run_id[17];
     int nranks;
-    int64_t nparams;
+    int64_t nparams;               /* floats written: the whole arena, or tp * a TP part's */
+    int tp;                        /* tensor-parallel group size (1; "tp" in the JSON) */
     uint64_t seed;
     char config[4096];             /* the training config (JSON text); its "model" builds the model */
     strata_ckpt_digest_t *shards;  /* nranks entries (malloc'd by manifest_read) */

@@ -394,6 +394,61 @@ oom:
                     nacts + ngrad_acts + ntp);
 }
 
+/* The tensor table of one rank of a TP group of tp, without parameters or activations (its ops
+ * are never called). */
+static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, strata_gpt_t **out)
+{
+    *out = NULL;
+    strata_gpt_config_t c = *cfg;
+    ST_TRY(strata_gpt_config_check_tp(&c, tp));
+    ST_TRY(strata_gpt_config_validate(&c));
+    strata_gpt_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
+    m->cfg = c;
+    m->shard = strata_gpt_shard_none();
+    m->shard.tp = tp;
+    m->nseg = c.n_layer + 2;
+    int maxt = 4 + 12 * c.n_layer;
+    m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
+    m->names = calloc((size_t)maxt, 64);
+    m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
+    m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
+    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt) {
+        strata_model_destroy(m);
+        return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
+    }
+    m->P_full = build_layout(m, &c);
+    *out = m;
+    return STRATA_OK;
+}
+
+size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp)
+{
+    strata_gpt_t *m = NULL;
+    if (layout_only(cfg, tp, &m) < 0)
+        return 0;
+    size_t P = m->P;
+    strata_model_destroy(m);
+    return P;
+}
+
+strata_status_t strata_gpt_arena_tp_convert(const strata_gpt_config_t *cfg, int tp, float *whole,
+                                            float *parts, bool to_parts)
+{
+    strata_gpt_t *m = NULL;
+    ST_TRY(layout_only(cfg, tp, &m));
+    // Rank 0 last when gathering: its copy of a replicated tensor is the one that stays.
+    for (int r = tp - 1; r >= 0; r--)
+        for (int i = 0; i < m->ntensors; i++) {
+            const strata_tensor_info_t *t = &m->tensors[i];
+            strata_tensor_part_copy(t, tp, r, whole + t->full_offset,
+                                    parts + (size_t)r * m->P + t->offset, to_parts);
+        }
+    strata_model_destroy(m);
+    return STRATA_OK;
+}
+
 const strata_gpt_shard_t *strata_model_shard(const strata_gpt_t *m)
 {
     return &m->shard;

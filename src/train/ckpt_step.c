@@ -229,6 +229,7 @@ strata_status_t st_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m,
     json_object_object_add(root, "step", json_object_new_int64(m->step));
     json_object_object_add(root, "nranks", json_object_new_int(m->nranks));
     json_object_object_add(root, "nparams", json_object_new_int64(m->nparams));
+    json_object_object_add(root, "tp", json_object_new_int(m->tp > 1 ? m->tp : 1));
     snprintf(num, sizeof num, "%" PRIu64, m->seed);
     json_object_object_add(root, "seed", json_object_new_string(num));
     json_object_object_add(root, "config", json_object_new_string(m->config));
@@ -339,6 +340,13 @@ static strata_status_t parse_manifest(const char *dir, int64_t step, const char 
     m->nranks = (int)v;
     if (!get_int(root, "nparams", 1, ST_CKPT_INT_MAX, &m->nparams))
         BAD("checkpoint %s: manifest \"nparams\" is not an integer in [1, 2^53]", path);
+    m->tp = 1; // absent in the manifests of strata before tensor parallelism
+    if (json_object_object_get_ex(root, "tp", NULL)) {
+        if (!get_int(root, "tp", 1, 1024, &v) || m->nranks % v)
+            BAD("checkpoint %s: manifest \"tp\" is not an integer in [1, 1024] dividing nranks %d",
+                path, m->nranks);
+        m->tp = (int)v;
+    }
     char *end;
     errno = 0;
     if (!(s = get_str(root, "seed")) || !(*s >= '0' && *s <= '9') ||
@@ -442,8 +450,8 @@ static strata_status_t assemble_unsharded(const strata_gpt_t *m, strata_ckpt_t *
     int nt = strata_model_ntensors(m);
     for (int i = 0; i < nt; i++) {
         const strata_tensor_info_t *ti = strata_model_tensor(m, i);
-        strata_ckpt_tensor_t ct = {ti->name, ti->ndim, {ti->shape[0], ti->shape[1]},
-                                   out->params + ti->offset};
+        strata_ckpt_tensor_t ct = {ti->name, ti->ndim, {ti->full_shape[0], ti->full_shape[1]},
+                                   out->params + ti->full_offset}; // m may be a TP part
         ST_TRY(strata_ckpt_load(ck, &ct, 1));
     }
     if (with_state) {
@@ -546,26 +554,50 @@ static strata_status_t open_listed(const char *dir, const strata_ckpt_manifest_t
     return STRATA_OK;
 }
 
+/* The arena of step mf as written: the whole model's (tp 1) or the tp parts one after another. */
+static strata_status_t written_arena(const strata_gpt_t *m, const strata_ckpt_manifest_t *mf,
+                                     const char *dir, size_t *P)
+{
+    char have[1024], want[1024];
+    strata_gpt_config_t mc;
+    ST_TRY(strata_ckpt_manifest_model(mf, &mc));
+    size_t part = strata_gpt_config_part_nparams(&mc, mf->tp);
+    *P = part * (size_t)mf->tp;
+    if (strata_gpt_config_to_json(&mc, have, sizeof have) < 0 ||
+        strata_gpt_config_to_json(strata_model_config(m), want, sizeof want) < 0 ||
+        strcmp(have, want) != 0 || (size_t)mf->nparams != *P || part == 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "checkpoint step %" PRId64 " in %s holds the "
+                        "model %s (%" PRId64 " floats over TP %d), not this one, %s", mf->step, dir,
+                        have, mf->nparams, mf->tp, want);
+    return STRATA_OK;
+}
+
+/* Turns the TP parts of a tensor-parallel step into the whole model's arena, in place of `*a`. */
+static strata_status_t to_whole(const strata_gpt_t *m, int tp, float **a)
+{
+    if (!*a || tp <= 1)
+        return STRATA_OK;
+    float *whole = malloc(strata_model_full_nparams(m) * sizeof(float));
+    if (!whole)
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    strata_status_t rc = strata_gpt_arena_tp_convert(strata_model_config(m), tp, whole, *a, false);
+    free(*a);
+    *a = whole;
+    return rc;
+}
+
 strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
                                      bool with_state, strata_ckpt_full_t *out)
 {
     memset(out, 0, sizeof *out);
     strata_ckpt_manifest_t mf;
     ST_TRY(strata_ckpt_manifest_read(dir, step, &mf));
-    size_t P = strata_model_nparams(m);
+    size_t P = 0;
     strata_status_t rc = STRATA_OK;
     strata_ckpt_t *ck = NULL;
     unsigned char *seen = NULL;
-    char path[2048], have[1024], want[1024];
-    strata_gpt_config_t mc;
-    ST_TRY_GOTO(strata_ckpt_manifest_model(&mf, &mc), rc, out);
-    if (strata_gpt_config_to_json(&mc, have, sizeof have) < 0 ||
-        strata_gpt_config_to_json(strata_model_config(m), want, sizeof want) < 0 ||
-        strcmp(have, want) != 0 || (size_t)mf.nparams != P) {
-        rc = st_error(STRATA_ERR_INVALID_ARG, "checkpoint step %" PRId64 " in %s holds the model "
-                      "%s, not this one, %s", step, dir, have, want);
-        goto out;
-    }
+    char path[2048];
+    ST_TRY_GOTO(written_arena(m, &mf, dir, &P), rc, out);
     out->nparams = P;
     out->params = malloc(P * sizeof(float));
     if (with_state) {
@@ -597,6 +629,10 @@ strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int
                           "files leave parameter %zu uncovered", step, dir, mf.nranks, k);
             goto out;
         }
+    ST_TRY_GOTO(to_whole(m, mf.tp, &out->params), rc, out);
+    ST_TRY_GOTO(to_whole(m, mf.tp, &out->m), rc, out);
+    ST_TRY_GOTO(to_whole(m, mf.tp, &out->v), rc, out);
+    out->nparams = strata_model_full_nparams(m);
 out:
     strata_ckpt_close(ck);
     strata_ckpt_manifest_free(&mf);

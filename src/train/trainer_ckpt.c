@@ -49,8 +49,8 @@ static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata
     ST_TRY(strata_zero_sync(t->zero)); // stages 1-2: the arena's all-gathers have landed
     strata_zero_shard_t cut, *rg = t->ranges;
     int nr = t->nranges;
-    if (t->zcfg.stage == 0) {
-        size_t P = strata_model_nparams(t->model), N = (size_t)t->nranks, r = (size_t)t->rank;
+    if (t->zcfg.stage == 0) { // the data-parallel group's cut of this TP part
+        size_t P = strata_model_nparams(t->model), N = (size_t)t->dp, r = (size_t)t->dp_rank;
         size_t b = P * r / N, e = P * (r + 1) / N;
         cut = (strata_zero_shard_t){b, e - b, b, strata_model_param_arena(t->model) + b, NULL};
         rg = &cut;
@@ -63,18 +63,20 @@ static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata
         free(names);
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     }
+    // Offsets in the TP parts laid one after another (rank 0's part first): what assembling reads.
+    size_t base = (size_t)t->tp_rank * strata_model_nparams(t->model);
     int64_t total = 0;
     for (int i = 0; i < nr; i++) {
         float *src[3] = {rg[i].params, t->m + rg[i].state_offset, t->v + rg[i].state_offset};
         const char *pre[3] = {"params", "optim.m", "optim.v"};
         for (int k = 0; k < 3; k++) {
-            snprintf(names[3 * i + k], sizeof names[0], "%s@%zu", pre[k], rg[i].offset);
+            snprintf(names[3 * i + k], sizeof names[0], "%s@%zu", pre[k], base + rg[i].offset);
             ts[3 * i + k] = (strata_ckpt_tensor_t){names[3 * i + k], 1, {(int64_t)rg[i].count},
                                                    src[k]};
         }
         total += (int64_t)rg[i].count;
     }
-    meta->shard_offset = nr ? (int64_t)rg[0].offset : 0;
+    meta->shard_offset = nr ? (int64_t)(base + rg[0].offset) : 0;
     meta->shard_count = total;
     strata_status_t rc = st_ckpt_write(path, ts, 3 * nr, meta, d, durable);
     free(ts);
@@ -154,8 +156,8 @@ strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *ag
     // Rank 0 commits, then prunes: every shard of the step is known written.
     double ok = 0;
     if (r == 0) {
-        strata_ckpt_manifest_t m = {.step = t->step, .nranks = N,
-                                    .nparams = (int64_t)strata_model_nparams(t->model),
+        strata_ckpt_manifest_t m = {.step = t->step, .nranks = N, .tp = t->tp,
+                                    .nparams = (int64_t)strata_model_nparams(t->model) * t->tp,
                                     .seed = t->cfg.seed};
         snprintf(m.run_id, sizeof m.run_id, "%s", t->run_id);
         strata_train_config_to_json(&t->cfg, m.config, sizeof m.config);
@@ -241,10 +243,39 @@ out:
     return rc;
 }
 
-/* Installs an assembled step: the arena, this rank's optimizer state, the step and the run id. */
+/* Replaces a whole-model arena (full->nparams floats) by this rank's TP part of it. */
+static strata_status_t take_part(strata_trainer_t *t, float **a)
+{
+    if (!*a || t->tp <= 1)
+        return STRATA_OK;
+    size_t part = strata_model_nparams(t->model);
+    float *all = malloc(part * (size_t)t->tp * sizeof(float));
+    if (!all)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    strata_status_t rc = strata_gpt_arena_tp_convert(&t->cfg.model, t->tp, *a, all, true);
+    if (rc == STRATA_OK) {
+        memmove(all, all + (size_t)t->tp_rank * part, part * sizeof(float));
+        free(*a);
+        *a = all;
+    } else {
+        free(all);
+    }
+    return rc;
+}
+
+/* An assembled step (the whole model's arena) cut to this rank's TP part, ready to install. */
+static strata_status_t to_part(strata_trainer_t *t, strata_ckpt_full_t *full)
+{
+    ST_TRY(take_part(t, &full->params));
+    ST_TRY(take_part(t, &full->m));
+    return take_part(t, &full->v);
+}
+
+/* Installs an assembled step cut by to_part: the arena, this rank's optimizer state, the step and
+ * the run id. */
 static void install(strata_trainer_t *t, const strata_ckpt_full_t *full)
 {
-    size_t P = full->nparams;
+    size_t P = strata_model_nparams(t->model);
     memcpy(strata_model_param_arena(t->model), full->params, P * sizeof(float));
     if (!t->zero) {
         memcpy(t->m, full->m, P * sizeof(float));
@@ -449,6 +480,8 @@ static strata_status_t try_candidates(strata_trainer_t *t, const candidate_t *cs
         strata_status_t rc = p[2] != 0 ? STRATA_ERR_PARSE
                                        : strata_ckpt_assemble(t->model, memory ? mem : disk, step,
                                                               true, &full);
+        if (rc == STRATA_OK && (rc = to_part(t, &full)) < 0)
+            strata_ckpt_full_free(&full);
         double bad[2] = {rc < 0, rc < 0 && t->rank == 0};
         if (rc < 0 && p[2] == 0)
             snprintf(msg, sizeof msg, "%s", strata_last_error());

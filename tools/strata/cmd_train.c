@@ -41,6 +41,11 @@ static void usage(FILE *f)
             "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
             "  --bucket N         floats per gradient bucket [engine default]\n"
+            "  --tp N             tensor parallelism over groups of N ranks (Megatron-LM cuts; N\n"
+            "                     divides heads, vocab, d_ff); data parallelism over the rest\n"
+            "  --sp               sequence parallelism inside the TP group\n"
+            "  --order tp,cp,pp,dp   mesh order, innermost first [chosen by the cost model]\n"
+            "  --no-tp-overlap    TP collectives in one piece (no overlap with the products)\n"
             "  --straggler-window N   steps per straggler and slow-link window; a rank 20%%\n"
             "                     busier than the others, or a TCP link 8x slower than the\n"
             "                     others, in 3 windows in a row is flagged [20; 0 = off]\n");
@@ -176,7 +181,8 @@ int cmd_train(int argc, char **argv)
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
-           O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_HELP };
+           O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
+           O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -191,6 +197,8 @@ int cmd_train(int argc, char **argv)
         {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
         {"nonfinite", 1, 0, O_NONFINITE}, {"mem-ckpt-dir", 1, 0, O_MEMDIR},
         {"mem-ckpt-every", 1, 0, O_MEMEVERY}, {"straggler-window", 1, 0, O_STRAGGLER},
+        {"tp", 1, 0, O_TP},             {"sp", 0, 0, O_SP},           {"order", 1, 0, O_ORDER},
+        {"no-tp-overlap", 0, 0, O_NOOVERLAP},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -261,6 +269,16 @@ int cmd_train(int argc, char **argv)
             cfg.tiers = atoi(optarg);
             break;
         case O_QWZ: cfg.qwz = true; break;
+        case O_TP: INT(1, 1024, cfg.tp); break;
+        case O_SP: cfg.sp = true; break;
+        case O_NOOVERLAP: cfg.tp_overlap = false; break;
+        case O_ORDER: {
+            strata_dim_t order[STRATA_DIM_COUNT];
+            if (strata_order_parse(optarg, order) < 0)
+                return cmd_fail(NULL, "--order: %s", strata_last_error());
+            snprintf(cfg.order, sizeof cfg.order, "%s", optarg);
+            break;
+        }
         case O_QGZ: cfg.qgz = true; break;
         case O_BUCKET: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.bucket = (int64_t)d; break;
         case O_NONFINITE:
@@ -315,9 +333,14 @@ int cmd_train(int argc, char **argv)
         strata_comm_create(&cc, &comm) < 0)
         return cmd_fail(NULL, "%s", strata_last_error());
     int rank = comm ? strata_comm_rank(comm) : 0;
-    if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz))
-        fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz have no effect "
-                "(run under strata launch -n N)\n");
+    if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz || cfg.sp ||
+                  cfg.order[0]))
+        fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz/--sp/--order "
+                "have no effect (run under strata launch -n N)\n");
+    if (!comm && cfg.tp > 1)
+        return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
+                        "launch -n 2 -- strata train --tp 2", "--tp %d needs %d ranks or more, "
+                        "this is one process", cfg.tp, cfg.tp);
     strata_zero_config_t zc = strata_zero_config_default();
     if (comm && tier_colors(comm, &cfg, &zc) < 0) {
         strata_comm_destroy(comm);
@@ -332,10 +355,12 @@ int cmd_train(int argc, char **argv)
     strata_gpt_t *m = strata_trainer_model(t);
     if (rank == 0) {
         fprintf(stderr, "strata train: %zu parameters (L=%d C=%d heads=%d T=%d), batch %d, %lld "
-                "steps", strata_model_nparams(m), cfg.model.n_layer, cfg.model.d_model,
+                "steps", strata_model_full_nparams(m), cfg.model.n_layer, cfg.model.d_model,
                 cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps);
         if (comm)
-            fprintf(stderr, ", %d ranks, ZeRO-%d%s%s%s%s%s", strata_comm_size(comm), cfg.zero,
+            fprintf(stderr, ", %d ranks%s%.0d%s, ZeRO-%d%s%s%s%s%s", strata_comm_size(comm),
+                    cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,
+                    cfg.tp > 1 ? (cfg.sp ? " with SP" : "") : "", cfg.zero,
                     cfg.hpz[0] ? ", hpZ in " : "", cfg.hpz, cfg.tiers == 3 ? ", 3-level" : "",
                     cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "");
         fputc('\n', stderr);

@@ -1,0 +1,291 @@
+/* Tensor parallelism in the trainer, multi-rank: every layout of TP (1, 2, 4), with and without
+ * sequence parallelism, times data parallelism with ZeRO stages 0-3 that fits 8 ranks trains 20
+ * steps of the same global batch as the one-process run, and
+ *   - the loss of every step matches the one-process run's within 1e-4;
+ *   - every parameter after 20 steps, assembled from the run's final sharded checkpoint into the
+ *     whole model, matches within 2e-4 * max(1, |p|) (AdamW divides each update by the running RMS of
+ *     its gradient, so last-bit differences of the TP sums move a parameter by up to ~1e-5 here),
+ *     and every parameter's total change over the 20 steps matches the one-process change within
+ *     2e-3 of the largest change (LAMB's updates are ~50x smaller than AdamW's here: a trust ratio
+ *     computed from one TP rank's part of a tensor instead of the whole moves them by ~1%);
+ *   - a run that checkpoints at step 10 in one layout and resumes in another (another TP, DP and
+ *     ZeRO stage) reproduces the uninterrupted run's losses of steps 11-20 and its parameters.
+ * Plus LAMB under TP (its per-tensor norms count a replicated tensor once), and the refusals. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness/st_test.h"
+#include "strata/train.h"
+
+#define STEPS 20
+
+typedef struct layout {
+    int n, tp, zero;
+    bool sp, lamb;
+    int resume_n, resume_tp, resume_zero; /* resume_n 0: no resume */
+} layout_t;
+
+typedef struct ctx {
+    const layout_t *lay;
+    char dir[256];
+    const float *ref_losses;
+    const float *ref_params;
+    const float *init_params;
+    size_t P;
+    bool resuming;
+} ctx_t;
+
+static char data_path[256];
+
+static strata_train_config_t config(bool lamb)
+{
+    strata_train_config_t c = strata_train_config_default();
+    c.model = strata_gpt_config_default();
+    c.model.vocab = 256;
+    c.model.max_seq = 16;
+    c.model.n_layer = 2;
+    c.model.n_head = 4;
+    c.model.d_model = 32;
+    snprintf(c.data, sizeof c.data, "%s", data_path);
+    c.batch = 8;
+    c.seq = 16;
+    c.steps = STEPS;
+    c.lr = 3e-3f;
+    c.warmup = 2;
+    c.grad_clip = 1.0f;
+    c.progress = false;
+    c.straggler_window = 0;
+    c.optim.kind = lamb ? STRATA_OPTIM_LAMB : STRATA_OPTIM_ADAMW;
+    return c;
+}
+
+/* Parameters and their change since the start against the one-process run. */
+static int compare_params(const float *p, const ctx_t *x)
+{
+    const float *ref = x->ref_params, *p0 = x->init_params;
+    float big = 0;
+    for (size_t i = 0; i < x->P; i++)
+        big = fmaxf(big, fabsf(ref[i] - p0[i]));
+    for (size_t i = 0; i < x->P; i++) {
+        if (!(fabsf(p[i] - ref[i]) <= 2e-4f * fmaxf(1.f, fabsf(ref[i]))))
+            return ST_RANK_FAIL("after 20 steps: parameter %zu is %.8g, one process %.8g", i,
+                                (double)p[i], (double)ref[i]);
+        float d = p[i] - p0[i], dr = ref[i] - p0[i];
+        if (!(fabsf(d - dr) <= 2e-3f * big))
+            return ST_RANK_FAIL("after 20 steps: parameter %zu changed by %.6g, one process by "
+                                "%.6g (largest change %.3g)", i, (double)d, (double)dr,
+                                (double)big);
+    }
+    return 0;
+}
+
+static int run_layout(int rank, int n, void *arg)
+{
+    ctx_t *x = arg;
+    const layout_t *l = x->lay;
+    strata_train_config_t c = config(l->lamb);
+    c.tp = x->resuming ? l->resume_tp : l->tp;
+    c.zero = x->resuming ? l->resume_zero : l->zero;
+    c.sp = l->sp && c.tp > 1;
+    snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", x->dir);
+    c.ckpt_every = 10;
+    c.ckpt_keep = 5;
+    if (l->resume_n && !x->resuming)
+        c.steps = STEPS; // the first half writes step 10; the run stops there below
+    strata_comm_t *comm = st_test_comm();
+    if (!comm)
+        return ST_RANK_FAIL("no communicator");
+    strata_trainer_t *t = NULL;
+    ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
+    strata_zero_config_t zc = strata_zero_config_default();
+    ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
+    float losses[STEPS] = {0};
+    int64_t first = 0;
+    if (x->resuming) {
+        ST_RANK_CHECK_OK(strata_trainer_resume(t, &first));
+        if (first != 10)
+            return ST_RANK_FAIL("resumed at step %lld, expected 10", (long long)first);
+        ST_RANK_CHECK_OK(strata_trainer_run(t, losses));
+    } else if (l->resume_n) {
+        for (int s = 0; s < 10; s++) {
+            strata_step_info_t info;
+            ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
+            losses[s] = info.loss;
+        }
+        ST_RANK_CHECK_OK(strata_trainer_checkpoint(t));
+    } else {
+        ST_RANK_CHECK_OK(strata_trainer_run(t, losses));
+    }
+    int upto = l->resume_n && !x->resuming ? 10 : STEPS;
+    for (int s = (int)first; s < upto; s++)
+        if (!(fabsf(losses[s] - x->ref_losses[s]) <= 1e-4f * fabsf(x->ref_losses[s])))
+            return ST_RANK_FAIL("step %d: loss %.7f, one process %.7f", s + 1, (double)losses[s],
+                                (double)x->ref_losses[s]);
+    int rc = 0;
+    if (upto == STEPS && rank == 0) { // the final checkpoint, assembled into the whole model
+        strata_ckpt_full_t full;
+        ST_RANK_CHECK_OK(strata_ckpt_assemble(strata_trainer_model(t), x->dir, STEPS, false, &full));
+        if (full.nparams != x->P)
+            rc = ST_RANK_FAIL("assembled %zu parameters, want %zu", full.nparams, x->P);
+        else
+            rc = compare_params(full.params, x);
+        strata_ckpt_full_free(&full);
+    }
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    (void)n;
+    return rc;
+}
+
+/* The one-process run: losses of every step and the final parameters. */
+static void reference(bool lamb, float *losses, float **params, float **init, size_t *P)
+{
+    strata_train_config_t c = config(lamb);
+    strata_trainer_t *t = NULL;
+    assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
+    strata_gpt_t *m = strata_trainer_model(t);
+    *P = strata_model_nparams(m);
+    *params = malloc(*P * sizeof(float));
+    *init = malloc(*P * sizeof(float));
+    memcpy(*init, strata_model_param_arena(m), *P * sizeof(float));
+    assert_int_equal(strata_trainer_run(t, losses), STRATA_OK);
+    memcpy(*params, strata_model_param_arena(m), *P * sizeof(float));
+    strata_trainer_destroy(t);
+}
+
+static void check(const layout_t *ls, size_t count, bool lamb)
+{
+    float losses[STEPS];
+    float *params = NULL, *init = NULL;
+    size_t P = 0;
+    reference(lamb, losses, &params, &init, &P);
+    for (size_t i = 0; i < count; i++) {
+        const layout_t *l = &ls[i];
+        ctx_t x = {.lay = l, .ref_losses = losses, .ref_params = params, .init_params = init,
+                   .P = P};
+        snprintf(x.dir, sizeof x.dir, "/tmp/mr_train_tp.XXXXXX");
+        assert_non_null(mkdtemp(x.dir));
+        fprintf(stderr, "%d ranks: tp %d%s, zero %d%s", l->n, l->tp, l->sp ? " sp" : "", l->zero,
+                lamb ? ", lamb" : "");
+        if (l->resume_n)
+            fprintf(stderr, " -> resumed on %d ranks: tp %d, zero %d", l->resume_n, l->resume_tp,
+                    l->resume_zero);
+        fputc('\n', stderr);
+        assert_int_equal(st_test_ranks(l->n, run_layout, &x, NULL), 0);
+        if (l->resume_n) {
+            x.resuming = true;
+            assert_int_equal(st_test_ranks(l->resume_n, run_layout, &x, NULL), 0);
+        }
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", x.dir);
+        assert_int_equal(system(cmd), 0);
+    }
+    free(params);
+    free(init);
+}
+
+static void test_layouts_2_4(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        {2, 2, 0, false, false, 0, 0, 0}, {2, 2, 1, true, false, 0, 0, 0},
+        {4, 4, 0, false, false, 0, 0, 0}, {4, 4, 2, true, false, 0, 0, 0},
+        {4, 2, 0, true, false, 0, 0, 0},  {4, 2, 1, false, false, 0, 0, 0},
+        {4, 2, 2, false, false, 0, 0, 0}, {4, 2, 3, true, false, 0, 0, 0},
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static void test_layouts_8(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        {8, 2, 3, false, false, 0, 0, 0}, {8, 4, 2, true, false, 0, 0, 0},
+        {8, 2, 1, true, false, 0, 0, 0},  {8, 4, 0, false, false, 0, 0, 0},
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static void test_lamb(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {{4, 2, 1, true, true, 0, 0, 0}, {4, 4, 0, false, true, 0, 0, 0}};
+    check(ls, sizeof ls / sizeof ls[0], true);
+}
+
+static void test_resume_across_tp(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        {4, 2, 1, false, false, 4, 4, 0}, // TP 2 x DP 2, ZeRO-1 -> TP 4, ZeRO-0
+        {4, 4, 0, true, false, 4, 1, 3},  // TP 4 (SP) -> DP 4, ZeRO-3
+        {2, 1, 2, false, false, 4, 2, 2}, // DP 2 -> TP 2 x DP 2
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static int refuse(int rank, int n, void *arg)
+{
+    (void)rank, (void)n;
+    const char *want = arg;
+    strata_train_config_t c = config(false);
+    c.tp = strcmp(want, "heads") == 0 ? 8 : 2;
+    if (strcmp(want, "vocab") == 0) {
+        c.tp = 2;
+        c.model.vocab = 255;
+    }
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = NULL;
+    ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
+    strata_zero_config_t zc = strata_zero_config_default();
+    strata_status_t rc = strata_trainer_distribute(t, comm, &zc);
+    if (rc != STRATA_ERR_INVALID_ARG || !strstr(strata_last_error(), want))
+        return ST_RANK_FAIL("distribute: %s (%s), want a refusal naming '%s'",
+                            strata_status_name(rc), strata_last_error(), want);
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    assert_int_equal(st_test_ranks(8, refuse, "heads", NULL), 0);  // tp 8 > 4 heads
+    assert_int_equal(st_test_ranks(4, refuse, "vocab", NULL), 0);  // 255 tokens over 2
+    assert_int_equal(st_test_ranks(3, refuse, "does not divide", NULL), 0); // tp 2 over 3 ranks
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(data_path, sizeof data_path, "/tmp/mr_train_tp.%d.txt", (int)getpid());
+    FILE *f = fopen(data_path, "w");
+    if (!f)
+        return -1;
+    for (int i = 0; i < 400; i++)
+        fprintf(f, "Tale %d. The tensor rides the fastest tier; the pipeline the zone. ", i);
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(data_path);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layouts_2_4),
+        cmocka_unit_test(test_layouts_8),
+        cmocka_unit_test(test_lamb),
+        cmocka_unit_test(test_resume_across_tp),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
