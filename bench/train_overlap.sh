@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fraction of communication hidden behind compute in `strata train` on the real GPT, 2 ranks, ZeRO-2
-# and ZeRO-3, from the per-rank Chrome traces of one step (bench/zero_trace_overlap.py:
+# and ZeRO-3, from the per-rank Chrome traces of one step (bench/trace_overlap.py:
 # |union(comm) & union(compute)| / |union(comm)|). Gradients are reduced in buckets while the backward
 # continues and ZeRO-3 gathers are prefetched one segment ahead; the model calls strata_zero_progress
 # between its GEMMs. Usage: bench/train_overlap.sh [build-dir] [extra strata train flags...]
@@ -18,6 +18,6 @@ for stage in 2 3; do
     "$build/strata" launch -n 2 --no-prefix -- "$build/strata" train "${model[@]}" --zero "$stage" \
         --trace "$out/z$stage.json" "$@" 2>/dev/null
     printf "ZeRO-%s, 2 ranks: " "$stage"
-    echo; python3 bench/zero_trace_overlap.py "$out/z$stage".r*.json | sed "s|^$out/|  |"
+    echo; python3 bench/trace_overlap.py "$out/z$stage".r*.json | sed "s|^$out/|  |"
 done
 echo "traces in $out (open in https://ui.perfetto.dev)"

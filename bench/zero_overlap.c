@@ -1,7 +1,7 @@
 /* ZeRO overlap benchmark, one rank: a compute-heavy synthetic model (S segments of a parameter arena;
  * forward and backward sweep each segment's parameters several times, like a GEMM would, calling
  * strata_zero_progress() between sweeps) trained a few steps under the ZeRO stage given, with a Chrome
- * trace per rank. bench/zero_trace_overlap.py reads the traces and computes how much of the
+ * trace per rank. bench/trace_overlap.py reads the traces and computes how much of the
  * communication was hidden behind compute. Run through bench/zero_overlap.sh.
  *
  * usage: strata_zero_overlap STAGE TRACE_PREFIX [--no-progress] [--segments S] [--count C]

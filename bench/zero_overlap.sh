@@ -17,7 +17,7 @@ for stage in 2 3; do
         "$build/strata" launch -n 2 --no-prefix -- "$build/bench/strata_zero_overlap" "$stage" \
             "$out/z${stage}_$mode" $flag >/dev/null
         printf "ZeRO-%s, %-12s " "$stage" "$mode:"
-        python3 bench/zero_trace_overlap.py "$out/z${stage}_$mode".r*.json | tail -1
+        python3 bench/trace_overlap.py "$out/z${stage}_$mode".r*.json | tail -1
     done
 done
 echo "traces in $out (open in https://ui.perfetto.dev)"

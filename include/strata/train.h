@@ -331,6 +331,9 @@ typedef struct strata_step_info {
     int slow_link_to;
     float slow_link_MBps;        /* its latest rate, MB/s (10^6 bytes) */
     float slow_link_median_MBps; /* the other hosts' links' median rate it was compared with */
+    /* tensor parallelism (tp > 1), this rank: its TP collectives' time in flight (start to
+       completion, summed) and the time it waited for them; 1 - wait/flight of it was hidden */
+    double tp_flight_s, tp_wait_s;
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the

@@ -18,7 +18,6 @@
 #include "base/base.h"
 #include "model/gpt_internal.h"
 #include "model/layers.h"
-#include "strata/trace.h"
 
 int st_tp_chunks(const strata_gpt_t *m, int N)
 {
@@ -73,7 +72,6 @@ strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, 
     }
     int K = st_tp_chunks(m, N), Nb = N / K;
     void *hs[ST_TP_MAX_CHUNKS] = {0};
-    strata_trace_begin("comm", "tp.allgather");
     strata_status_t rc = gather_start(m, x, m->full, N, C, hs, K);
     for (int k = 0; k < K && rc == STRATA_OK; k++) {
         rc = wait_all(m, &hs[k], 1);
@@ -82,7 +80,6 @@ strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, 
                               OC);
     }
     strata_status_t rc2 = wait_all(m, hs, K);
-    strata_trace_end("comm", "tp.allgather");
     return rc < 0 ? rc : rc2;
 }
 
@@ -99,7 +96,6 @@ strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, flo
     void *gh[ST_TP_MAX_CHUNKS] = {0}, *rh[ST_TP_MAX_CHUNKS] = {0};
     strata_status_t rc = STRATA_OK;
     const float *xf = x;
-    strata_trace_begin("comm", "tp.column_bwd");
     if (m->shard.sp) { // the input again, gathered while the input gradient computes
         rc = gather_start(m, x, m->full, N, C, gh, K);
         xf = m->full;
@@ -120,7 +116,6 @@ strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, flo
     if (rc == STRATA_OK) // the weight gradient while the input gradient's sums run
         st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
     strata_status_t r1 = wait_all(m, gh, K), r2 = wait_all(m, rh, K);
-    strata_trace_end("comm", "tp.column_bwd");
     return rc < 0 ? rc : r1 < 0 ? r1 : r2;
 }
 
@@ -152,7 +147,6 @@ strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, con
     float *part = m->shard.sp ? m->dpart : y;
     size_t piece = (size_t)(Nb / m->shard.tp) * OC;
     strata_status_t rc = STRATA_OK;
-    strata_trace_begin("comm", "tp.row_fwd");
     for (int k = 0; k < nb && rc == STRATA_OK; k++) {
         float *pk = part + (size_t)k * Nb * OC;
         st_matmul_forward(pk, a + (size_t)k * Nb * K, w, NULL, Nb, K, OC);
@@ -162,7 +156,6 @@ strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, con
             rc = start(m, STRATA_TP_ALLREDUCE_SUM, pk, pk, (size_t)Nb * OC, &hs[k]);
     }
     strata_status_t r2 = wait_all(m, hs, nb);
-    strata_trace_end("comm", "tp.row_fwd");
     ST_TRY(rc);
     ST_TRY(r2);
     bias_residual(y, bias, residual, st_model_rows(m, N), OC);
@@ -177,10 +170,8 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
     if (m->shard.sp) { // the output gradient of every row
         int nb = st_tp_chunks(m, N);
         void *hs[ST_TP_MAX_CHUNKS] = {0};
-        strata_trace_begin("comm", "tp.allgather");
         strata_status_t rc = gather_start(m, dy, m->dfull, N, OC, hs, nb);
         strata_status_t r2 = wait_all(m, hs, nb);
-        strata_trace_end("comm", "tp.allgather");
         ST_TRY(rc);
         ST_TRY(r2);
         dyf = m->dfull;
@@ -212,7 +203,6 @@ strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wt
     size_t piece = (size_t)(Nb / m->shard.tp) * C;
     void *hs[ST_TP_MAX_CHUNKS] = {0};
     strata_status_t rc = STRATA_OK;
-    strata_trace_begin("comm", "tp.embed");
     for (int k = 0; k < nb && rc == STRATA_OK; k++) {
         float *pk = part + (size_t)k * Nb * C;
         if (m->shard.sp)
@@ -221,7 +211,6 @@ strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wt
             rc = start(m, STRATA_TP_ALLREDUCE_SUM, pk, pk, (size_t)Nb * C, &hs[k]);
     }
     strata_status_t r2 = wait_all(m, hs, nb);
-    strata_trace_end("comm", "tp.embed");
     return rc < 0 ? rc : r2;
 }
 
@@ -233,10 +222,8 @@ strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, 
     if (m->shard.sp) { // every row's gradient: the slice's tokens may be anywhere
         int nb = st_tp_chunks(m, N);
         void *hs[ST_TP_MAX_CHUNKS] = {0};
-        strata_trace_begin("comm", "tp.allgather");
         strata_status_t rc = gather_start(m, dout, m->dfull, N, C, hs, nb);
         strata_status_t r2 = wait_all(m, hs, nb);
-        strata_trace_end("comm", "tp.allgather");
         ST_TRY(rc);
         ST_TRY(r2);
         d = m->dfull;
@@ -258,7 +245,6 @@ strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N)
     float *mx = m->xent, *sums = m->xent + N;
     int v0 = m->shard.tp_rank * m->Vl;
     void *h = NULL;
-    strata_trace_begin("comm", "tp.xent");
     st_xent_rowmax(mx, m->logits, N, m->Vl);
     strata_status_t rc = start(m, STRATA_TP_ALLREDUCE_MAX, mx, mx, (size_t)N, &h);
     if (rc == STRATA_OK)
@@ -269,7 +255,6 @@ strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N)
     }
     if (rc == STRATA_OK)
         rc = wait_all(m, &h, 1);
-    strata_trace_end("comm", "tp.xent");
     ST_TRY(rc);
     double total = 0;
     for (int n = 0; n < N; n++) {
@@ -304,11 +289,9 @@ strata_status_t st_tp_reduce_replicated(strata_gpt_t *m, int seg)
         if (pass == 0) {
             n = at;
             void *h = NULL;
-            strata_trace_begin("comm", "tp.replicated_grads");
             strata_status_t rc = start(m, STRATA_TP_ALLREDUCE_SUM, m->packed, m->packed, n, &h);
             if (rc == STRATA_OK)
                 rc = wait_all(m, &h, 1);
-            strata_trace_end("comm", "tp.replicated_grads");
             ST_TRY(rc);
         }
     }

@@ -1,6 +1,9 @@
 /* Tensor-parallel collectives: the model's strata_tp_ops_t (start, wait, progress) on a
  * communicator, with the measurements that say how much of the communication the model hid behind
- * its products (time in flight vs time spent waiting). */
+ * its products (time in flight vs time spent waiting). In the Chrome trace each collective is an
+ * async span of category "tp" from start to completion ("tp.allreduce", "tp.allgather", ...) and
+ * each wait a
+ * "tp.wait" span on the rank's thread. */
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -11,6 +14,8 @@
 
 typedef struct tp_slot {
     strata_request_t *req; /* NULL once complete */
+    const char *name;      /* its span in the trace */
+    uint64_t id;
     bool used;
     strata_status_t status; /* when completed by progress */
     uint64_t started_ns;
@@ -19,6 +24,7 @@ typedef struct tp_slot {
 
 struct strata_tp_group {
     strata_comm_t *comm;
+    uint64_t next_id;
     tp_slot_t slot[TP_SLOTS];
     strata_tp_stats_t stats;
 };
@@ -54,6 +60,7 @@ void strata_tp_group_reset_stats(strata_tp_group_t *g)
 
 static void finish(strata_tp_group_t *g, tp_slot_t *s, uint64_t now)
 {
+    strata_trace_async_end("tp", s->name, s->id);
     g->stats.flight_s += (double)(now - s->started_ns) * 1e-9;
     g->stats.ops++;
     g->stats.bytes += s->bytes;
@@ -87,6 +94,11 @@ static strata_status_t tp_start(void *ctx, strata_tp_coll_t coll, const float *i
         return st_error(STRATA_ERR_INVALID_ARG, "tp: unknown collective %d", (int)coll);
     }
     ST_TRY(rc);
+    static const char *const names[] = {"tp.allreduce", "tp.allreduce_max", "tp.allgather",
+                                        "tp.reduce_scatter"};
+    s->name = names[coll];
+    s->id = ++g->next_id;
+    strata_trace_async_begin("tp", s->name, s->id);
     s->used = true;
     s->status = STRATA_OK;
     s->started_ns = st_now_ns();

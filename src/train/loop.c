@@ -462,6 +462,8 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
 {
     uint64_t t0 = st_now_ns();
     strata_step_info_t s = {.straggler = -1, .slow_link_from = -1, .slow_link_to = -1};
+    if (t->tpg)
+        strata_tp_group_reset_stats(t->tpg);
     if (t->zero) {
         st_straggler_begin(&t->strag, t->comm);
         ST_TRY(dist_step(t, &s));
@@ -490,6 +492,11 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
     }
     s.step = t->step;
     s.seconds = (double)(st_now_ns() - t0) * 1e-9;
+    if (t->tpg) {
+        strata_tp_stats_t ts = strata_tp_group_stats(t->tpg);
+        s.tp_flight_s = ts.flight_s;
+        s.tp_wait_s = ts.wait_s;
+    }
     s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
     if (t->zero) {
         ST_TRY(st_straggler_end(&t->strag, t->comm, s.seconds, all_sum_cb, t, t->rank,
@@ -592,6 +599,10 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     if (s->straggler >= 0) {
         fprintf(f, ",\"straggler\":%d", s->straggler);
         put_num(f, "straggler_x", s->straggler_ratio, 3, false);
+    }
+    if (t->tpg) {
+        put_num(f, "tp_comm_s", s->tp_flight_s, 6, false);
+        put_num(f, "tp_wait_s", s->tp_wait_s, 6, false);
     }
     if (s->slow_link_from >= 0) {
         fprintf(f, ",\"slow_link\":[%d,%d]", s->slow_link_from, s->slow_link_to);

@@ -2,10 +2,14 @@
 """Fraction of communication hidden behind compute, from strata Chrome traces (standard library only).
 
 Communication = the asynchronous spans (ph b/e, matched by cat and id): a non-blocking collective from
-issue to observed completion. Compute = the synchronous spans (ph B/E) of category "compute".
+issue to observed completion. Compute = the synchronous spans (ph B/E) of category "compute", less
+the synchronous spans of category "comm" inside them (a wait for a collective, such as "tp.wait",
+nested in a layer's span is not computation).
 hidden = |union(comm) & union(compute)| / |union(comm)|, per rank, then over all ranks' totals.
+--only PREFIX counts only the communication spans whose name starts with PREFIX (e.g. "tp." for the
+tensor-parallel collectives, "zero." for the ZeRO engine's).
 
-usage: zero_trace_overlap.py TRACE.json [TRACE.json ...]
+usage: trace_overlap.py [--only PREFIX] TRACE.json [TRACE.json ...]
 """
 import json
 import sys
@@ -39,14 +43,32 @@ def intersect(x, y):
     return tot
 
 
-def spans(path):
+def subtract(x, y):
+    """x minus y, both unions."""
+    out, j = [], 0
+    for a, b in x:
+        while j < len(y) and y[j][1] <= a:
+            j += 1
+        k, cur = j, a
+        while k < len(y) and y[k][0] < b:
+            if y[k][0] > cur:
+                out.append([cur, y[k][0]])
+            cur = max(cur, y[k][1])
+            k += 1
+        if cur < b:
+            out.append([cur, b])
+    return out
+
+
+def spans(path, only=""):
     with open(path) as f:
         ev = json.load(f)["traceEvents"]
-    comm, comp, open_async, stack = [], [], {}, []
+    comm, comp, waits, open_async, stack = [], [], [], {}, []
     for e in ev:
         ph, ts = e["ph"], float(e["ts"])
         if ph == "b":
-            open_async[(e["cat"], e["id"])] = ts
+            if e.get("name", "").startswith(only):
+                open_async[(e["cat"], e["id"])] = ts
         elif ph == "e":
             t0 = open_async.pop((e["cat"], e["id"]), None)
             if t0 is not None:
@@ -57,16 +79,21 @@ def spans(path):
             cat, t0 = stack.pop()
             if cat == "compute":
                 comp.append((t0, ts))
-    return union(comm), union(comp)
+            elif cat == "comm":
+                waits.append((t0, ts))
+    return union(comm), subtract(union(comp), union(waits))
 
 
 def main():
-    if len(sys.argv) < 2:
+    args, only = sys.argv[1:], ""
+    if len(args) >= 2 and args[0] == "--only":
+        only, args = args[1], args[2:]
+    if not args:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     tot_comm = tot_hidden = 0.0
-    for path in sys.argv[1:]:
-        comm, comp = spans(path)
+    for path in args:
+        comm, comp = spans(path, only)
         c, h = length(comm), intersect(comm, comp)
         tot_comm += c
         tot_hidden += h
