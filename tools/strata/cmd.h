@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "strata/model.h"
+
 typedef struct strata_cmd {
     const char *name;
     const char *summary;
@@ -24,6 +26,11 @@ int cmd_probe(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+
+/* The whole model of a checkpoint (ckpt_model.c): a directory, a shard file or an unsharded file;
+ * `who` names the command in warnings. Returns 0, or 1 after printing why. */
+int cmd_load_model(const char *who, const char *ckpt, strata_gpt_t **m, strata_gpt_config_t *cfg);
 
 /* Shared by `strata place` and `strata sched` (defined in cmd_place.c): loads a preset or cluster
  * file, or a Slurm topology.conf with optional level speeds, then a host-state file. Returns 0 or a

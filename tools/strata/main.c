@@ -22,6 +22,8 @@ static const strata_cmd_t commands[] = {
     {"sched", "simulate many jobs and failures on a cluster under placement policies", cmd_sched},
     {"train", "train a GPT on a text file on this CPU (progress, metrics, checkpoints)", cmd_train},
     {"sample", "print text generated from a training checkpoint", cmd_sample},
+    {"export", "write a checkpoint's whole model as one named safetensors file (PyTorch)",
+     cmd_export},
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };
