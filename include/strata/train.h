@@ -129,7 +129,11 @@ STRATA_API const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i);
  * strata_ckpt_open, and the shards' ranges cover the arena exactly once; so a shard of another step,
  * an older one, or one of another run is refused, naming the file. The manifest carries its own
  * sealed checksum ("manifest_crc32"). Resume and sample assemble the whole arena from the shards, so
- * a run may resume on a different rank count or ZeRO stage (a re-cut of the assembled arena). */
+ * a run may resume on a different rank count or ZeRO stage (a re-cut of the assembled arena).
+ * Tensor parallelism: a run with TP groups of tp ranks writes, in every rank's ranges, offsets into
+ * the tp ranks' parts laid one after another (rank 0's part first; strata_gpt_arena_tp_convert), and
+ * the manifest records "tp"; assembling turns the parts back into the whole model's arena (every
+ * tensor by name, strata_tensor_part_copy), so a run resumes at any TP, DP and ZeRO layout. */
 
 typedef struct strata_ckpt_manifest {
     int64_t step;
@@ -161,12 +165,14 @@ STRATA_API strata_status_t strata_ckpt_manifest_model(const strata_ckpt_manifest
 typedef struct strata_ckpt_full {
     strata_ckpt_meta_t meta; /* rank 0's file (nranks = number of files) */
     size_t nparams;
-    float *params;           /* arena-indexed, nparams floats each; malloc'd */
+    float *params;           /* the whole model's arena (one-process layout, whatever the layout
+                                written), nparams floats each; malloc'd */
     float *m, *v;            /* optimizer state, arena-indexed; NULL unless asked for */
 } strata_ckpt_full_t;
 
-/* Assembles step `step` of dir for model m: the manifest, then every shard it lists, each checked
- * against it as above, and the model recorded in the manifest against m's. Errors: STRATA_ERR_IO for
+/* Assembles step `step` of dir for model m (whole or a TP part: its configuration is what counts):
+ * the manifest, then every shard it lists, each checked against it as above, and the model recorded
+ * in the manifest against m's; a tensor-parallel step is turned into the whole model. Errors: STRATA_ERR_IO for
  * a missing file, STRATA_ERR_PARSE for a corrupt, partial, mixed, stale or foreign one, and
  * STRATA_ERR_INVALID_ARG for another model; the message names the file and why. */
 STRATA_API strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int64_t step,
