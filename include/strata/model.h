@@ -14,7 +14,10 @@
  *
  * Segments (the contract with the ZeRO engine): the parameter arena is cut, in forward order, into
  * S = L + 2 segments: 0 = embeddings (wte, wpe), 1..L = block 1..L, S-1 = final norm. A tensor never
- * straddles two segments.
+ * straddles two segments. A pipeline chunk (layers [begin, end) of the model, see "pipeline chunks"
+ * below) has the segments of what it holds, in the same order: the embeddings when begin is 0, its
+ * blocks, the final norm when end is L (with its own copy of wte for the tied head when it does not
+ * hold the embeddings).
  *
  * The planner (plan.h) already owns the names strata_model_t / strata_model_load / strata_model_params
  * for its model *description*; the trainable model object here is therefore strata_gpt_t, while its
@@ -90,6 +93,10 @@ typedef struct strata_tensor_info {
     int split_groups;
     int64_t full_shape[2]; /* the whole tensor */
     size_t full_offset;    /* its offset in the whole model's arena (the one-process layout) */
+    int init_index;        /* its index in the whole model's table (its initialisation stream) */
+    bool tied_copy;        /* a pipeline chunk's own copy of wte for the tied head: the same
+                              tensor as the embedding's, kept equal by the caller (its gradient is
+                              summed with the embedding's) */
 } strata_tensor_info_t;
 
 /* ---- tensor parallelism (Megatron-LM) -----------------------------------------------------------
@@ -133,8 +140,14 @@ typedef struct strata_tp_ops {
     void (*progress)(void *ctx);
 } strata_tp_ops_t;
 
+#define STRATA_GPT_MAX_SLOTS 64
+
 typedef struct strata_gpt_shard {
     int tp, tp_rank; /* group size and this rank's place in it (1, 0: the whole model) */
+    /* pipeline chunk: layers [layer_begin, layer_end) (0, 0: all of them); see "pipeline chunks" */
+    int layer_begin, layer_end;
+    int slots;       /* micro-batches whose activations are held at once (0: 1) */
+    bool split_backward; /* backward in two phases, input gradient then weight gradient (ZB) */
     bool sp;         /* sequence parallelism (needs B*T divisible by chunks * tp) */
     int chunks;      /* row blocks per TP collective for overlap; 0 = automatic (2 where B*T allows
                         it, else 1) */
@@ -166,16 +179,19 @@ STRATA_API size_t strata_model_full_nparams(const strata_gpt_t *m);
 STRATA_API void strata_tensor_part_copy(const strata_tensor_info_t *t, int tp, int tp_rank,
                                         float *whole, float *part, bool to_part);
 
-/* Floats in the arena of one rank of a TP group of tp (the whole model's at tp 1); 0 when the
- * configuration cannot be cut tp ways. */
-STRATA_API size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp);
+/* Floats in the arena of one rank of a TP group of tp holding layers [layer_begin, layer_end) (0, 0:
+ * all; the whole model's at tp 1); 0 when the configuration cannot be cut so. */
+STRATA_API size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp,
+                                                 int layer_begin, int layer_end);
 
 /* Converts between the whole model's arena (the one-process layout) and the arenas of the tp ranks
- * of a TP group laid one after another (rank 0's first, strata_gpt_config_part_nparams floats
- * each): to_parts true fills `parts` from `whole`, false fills `whole` from `parts` (a replicated
- * tensor is taken from rank 0). Errors: STRATA_ERR_INVALID_ARG (cannot be cut), NO_MEMORY. */
-STRATA_API strata_status_t strata_gpt_arena_tp_convert(const strata_gpt_config_t *cfg, int tp,
-                                                       float *whole, float *parts, bool to_parts);
+ * of a TP group holding layers [layer_begin, layer_end), laid one after another (rank 0's first,
+ * strata_gpt_config_part_nparams floats each): to_parts true fills `parts` from `whole`, false
+ * fills the part's tensors of `whole` from `parts` (a replicated tensor from rank 0; a tied copy of
+ * wte never). Errors: STRATA_ERR_INVALID_ARG (cannot be cut), NO_MEMORY. */
+STRATA_API strata_status_t strata_gpt_arena_convert(const strata_gpt_config_t *cfg, int tp,
+                                                    int layer_begin, int layer_end, float *whole,
+                                                    float *parts, bool to_parts);
 
 /* Allocates parameters (initialised with `seed`, GPT-2 scheme), gradients and activations for
  * batches of at most max_batch rows of at most cfg->max_seq tokens. *out is NULL on failure.
@@ -238,6 +254,49 @@ STRATA_API void strata_model_set_progress(strata_gpt_t *m, strata_model_progress
  * T <= max_seq. Errors: STRATA_ERR_INVALID_ARG (shape, token out of range), hook errors. */
 STRATA_API strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens,
                                                 const int32_t *targets, int B, int T, float *loss);
+
+/* ---- pipeline chunks ------------------------------------------------------------------------------
+ * A model made with layer_begin/layer_end holds one chunk of a pipeline: its blocks, plus the
+ * embeddings when it starts at layer 0 and the final norm, the tied head and the loss when it ends at
+ * the last layer. It runs micro-batches in activation slots (shard.slots of them): a slot holds one
+ * micro-batch's activations from its forward until its backward (and weight gradient) is done. The
+ * whole-model calls above (strata_model_forward/backward) are slot 0 of a model holding every layer.
+ * Gradients accumulate over micro-batches: strata_model_zero_grads once per step, then each
+ * micro-batch's backward adds to them; the parameter hooks' acquire/release still run around every
+ * segment, grad_ready only from strata_model_grads_done. Rows: the residual stream of R rows (B*T,
+ * or B*T/tp under sequence parallelism) is what chunks pass to each other. */
+
+/* Forward of one micro-batch in `slot`: the first chunk reads tokens (B x T), any other chunk
+ * `input` (R x d_model floats, copied); the last chunk with targets computes the mean loss. Errors:
+ * INVALID_ARG (slot, shape, a missing input), hook and TP errors. */
+STRATA_API strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot,
+                                                      const int32_t *tokens, const float *input,
+                                                      const int32_t *targets, int B, int T,
+                                                      float *loss);
+/* The output activations (R x d_model) of slot's forward (not the last chunk); valid until the
+ * slot's next forward. */
+STRATA_API const float *strata_model_chunk_output(const strata_gpt_t *m, int slot);
+
+/* Backward of slot's micro-batch: `dout` is the gradient of the chunk's output (R x d_model), NULL
+ * for the last chunk (the loss's, times loss_scale: 1/M for the mean over M micro-batches). Adds the
+ * parameter gradients (with split_backward: all but the linear layers' weight gradients, which
+ * strata_model_backward_weights adds) and leaves the input gradient (R x d_model, not the first
+ * chunk) in strata_model_chunk_input_grad until the next backward. The slot is free again after this
+ * (after strata_model_backward_weights when split). */
+STRATA_API strata_status_t strata_model_backward_chunk(strata_gpt_t *m, int slot, const float *dout,
+                                                       float loss_scale);
+STRATA_API const float *strata_model_chunk_input_grad(const strata_gpt_t *m);
+/* The deferred weight gradients of slot's backward (split_backward only). */
+STRATA_API strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot);
+
+/* Zeroes the gradient arena (before the first micro-batch of a step). */
+STRATA_API void strata_model_zero_grads(strata_gpt_t *m);
+/* The step's gradients are final: sums the replicated tensors' partial gradients over the TP group
+ * (sequence parallelism) and calls grad_ready for every segment, last first. */
+STRATA_API strata_status_t strata_model_grads_done(strata_gpt_t *m);
+
+/* Activation floats one slot holds (for memory accounting and the bubbles' free memory). */
+STRATA_API size_t strata_model_slot_floats(const strata_gpt_t *m);
 
 /* Logits (B x T x vocab) of the last forward; valid until the next forward or backward. Under
  * tensor parallelism: B x T x vocab/tp, this rank's vocabulary slice. */

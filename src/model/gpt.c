@@ -15,17 +15,31 @@
 
 /* ---- layout ------------------------------------------------------------------------------------ */
 
+/* Walks the whole model's tensors in order; the ones this model holds (held) enter its table. */
+typedef struct layout_walk {
+    strata_gpt_t *m;
+    char *names;
+    size_t cur, full; /* this model's arena; the whole model's */
+    int index;        /* the tensor's index in the whole model (its initialisation stream) */
+} layout_walk_t;
+
 /* Adds a tensor of whole shape d0 x d1 (d1 ignored when ndim 1), cut along split_dim (-1: none) in
- * `groups` blocks of tp parts; *cursor and *full advance by the part's and the whole's counts. */
-static void add_tensor(strata_gpt_t *m, char **names, const char *name, int ndim, int64_t d0,
-                       int64_t d1, int seg, bool decay, int split_dim, int groups, size_t *cursor,
-                       size_t *full)
+ * `groups` blocks of tp parts, when `held`; the whole model's cursor advances anyway. */
+static void add_tensor(layout_walk_t *w, bool held, const char *name, int ndim, int64_t d0,
+                       int64_t d1, int seg, bool decay, int split_dim, int groups)
 {
+    size_t whole = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+    int index = w->index++;
+    size_t full = w->full;
+    w->full += whole;
+    if (!held)
+        return;
+    strata_gpt_t *m = w->m;
     strata_tensor_info_t *t = &m->tensors[m->ntensors++];
     size_t len = strlen(name) + 1;
-    memcpy(*names, name, len);
-    t->name = *names;
-    *names += len;
+    memcpy(w->names, name, len);
+    t->name = w->names;
+    w->names += len;
     t->ndim = ndim;
     t->full_shape[0] = d0;
     t->full_shape[1] = ndim > 1 ? d1 : 0;
@@ -36,16 +50,17 @@ static void add_tensor(strata_gpt_t *m, char **names, const char *name, int ndim
     if (t->split_dim >= 0)
         t->shape[t->split_dim] /= m->shard.tp;
     t->count = (size_t)t->shape[0] * (ndim > 1 ? (size_t)t->shape[1] : 1);
-    t->offset = *cursor;
-    t->full_offset = *full;
+    t->offset = w->cur;
+    t->full_offset = full;
     t->segment = seg;
     t->decay = decay;
-    *cursor += t->count;
-    *full += (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+    t->tied_copy = false;
+    t->init_index = index;
+    w->cur += t->count;
 }
 
-/* Builds the tensor table of this rank's part (m->shard); returns the whole model's P. With
- * m == NULL it only counts the whole model. */
+/* Builds the tensor table of this rank's part (m->shard: TP part, pipeline chunk); returns the whole
+ * model's P. With m == NULL it only counts the whole model. */
 static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
 {
     size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab, T = (size_t)c->max_seq;
@@ -53,51 +68,74 @@ static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
     size_t P = V * C + T * C + (size_t)c->n_layer * block + 2 * C;
     if (!m)
         return P;
-    char *names = m->names, nm[96];
-    size_t cur = 0, full = 0;
-    m->seg_off[0] = 0;
-    m->wte = 0;
-    add_tensor(m, &names, "wte", 2, (int64_t)V, (int64_t)C, 0, true, 0, 1, &cur, &full);
-    m->wpe = cur;
-    add_tensor(m, &names, "wpe", 2, (int64_t)T, (int64_t)C, 0, true, -1, 1, &cur, &full);
-    m->seg_cnt[0] = cur;
+    layout_walk_t w = {.m = m, .names = m->names};
+    char nm[96];
+    int seg = 0;
+    if (m->has_embed) {
+        m->seg_off[seg] = 0;
+        m->wte = 0;
+    }
+    add_tensor(&w, m->has_embed, "wte", 2, (int64_t)V, (int64_t)C, seg, true, 0, 1);
+    m->wpe = w.cur;
+    add_tensor(&w, m->has_embed, "wpe", 2, (int64_t)T, (int64_t)C, seg, true, -1, 1);
+    if (m->has_embed)
+        m->seg_cnt[seg++] = w.cur;
     for (int l = 0; l < c->n_layer; l++) {
-        size_t base = cur;
-        m->seg_off[1 + l] = base;
+        bool held = l >= m->l0 && l < m->l1;
+        size_t base = w.cur;
+        if (held)
+            m->seg_off[seg] = base;
 #define T1(field, suffix, n, decay, split, groups)                                                 \
-    m->bl.field = cur - base;                                                                      \
+    m->bl.field = w.cur - base;                                                                    \
     snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(m, &names, nm, 1, (int64_t)(n), 0, 1 + l, decay, split, groups, &cur, &full)
+    add_tensor(&w, held, nm, 1, (int64_t)(n), 0, seg, decay, split, groups)
 #define T2(field, suffix, r, k, split, groups)                                                     \
-    m->bl.field = cur - base;                                                                      \
+    m->bl.field = w.cur - base;                                                                    \
     snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(m, &names, nm, 2, (int64_t)(r), (int64_t)(k), 1 + l, true, split, groups, &cur,     \
-               &full)
-        T1(ln1w, "ln1.weight", C, false, -1, 1);
-        T1(ln1b, "ln1.bias", C, false, -1, 1);
-        T2(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
-        T1(qkvb, "attn.qkv.bias", 3 * C, false, 0, 3);
-        T2(projw, "attn.proj.weight", C, C, 1, 1);
-        T1(projb, "attn.proj.bias", C, false, -1, 1);
-        T1(ln2w, "ln2.weight", C, false, -1, 1);
-        T1(ln2b, "ln2.bias", C, false, -1, 1);
-        T2(fcw, "mlp.fc.weight", F, C, 0, 1);
-        T1(fcb, "mlp.fc.bias", F, false, 0, 1);
-        T2(fc2w, "mlp.proj.weight", C, F, 1, 1);
-        T1(fc2b, "mlp.proj.bias", C, false, -1, 1);
+    add_tensor(&w, held, nm, 2, (int64_t)(r), (int64_t)(k), seg, true, split, groups)
+        if (held) { // the offsets in a block are the same for every block: set them from a held one
+            T1(ln1w, "ln1.weight", C, false, -1, 1);
+            T1(ln1b, "ln1.bias", C, false, -1, 1);
+            T2(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
+            T1(qkvb, "attn.qkv.bias", 3 * C, false, 0, 3);
+            T2(projw, "attn.proj.weight", C, C, 1, 1);
+            T1(projb, "attn.proj.bias", C, false, -1, 1);
+            T1(ln2w, "ln2.weight", C, false, -1, 1);
+            T1(ln2b, "ln2.bias", C, false, -1, 1);
+            T2(fcw, "mlp.fc.weight", F, C, 0, 1);
+            T1(fcb, "mlp.fc.bias", F, false, 0, 1);
+            T2(fc2w, "mlp.proj.weight", C, F, 1, 1);
+            T1(fc2b, "mlp.proj.bias", C, false, -1, 1);
+            m->seg_cnt[seg] = w.cur - base;
+            seg++;
+        } else {
+            w.index += 12;
+            w.full += block;
+        }
 #undef T1
 #undef T2
-        m->seg_cnt[1 + l] = cur - base;
     }
-    int last = c->n_layer + 1;
-    m->seg_off[last] = cur;
-    m->lnfw = 0;
-    add_tensor(m, &names, "lnf.weight", 1, (int64_t)C, 0, last, false, -1, 1, &cur, &full);
-    m->lnfb = C;
-    add_tensor(m, &names, "lnf.bias", 1, (int64_t)C, 0, last, false, -1, 1, &cur, &full);
-    m->seg_cnt[last] = cur - m->seg_off[last];
-    m->P = cur;
-    return full;
+    if (m->has_head) {
+        size_t base = w.cur;
+        m->seg_off[seg] = base;
+        m->lnfw = 0;
+        add_tensor(&w, true, "lnf.weight", 1, (int64_t)C, 0, seg, false, -1, 1);
+        m->lnfb = C;
+        add_tensor(&w, true, "lnf.bias", 1, (int64_t)C, 0, seg, false, -1, 1);
+        if (!m->has_embed) { // the tied head's own copy of the embedding (Megatron-LM's)
+            m->wte = w.cur - base;
+            layout_walk_t copy = w;
+            copy.full = 0;
+            copy.index = 0;
+            add_tensor(&copy, true, "wte", 2, (int64_t)V, (int64_t)C, seg, true, 0, 1);
+            m->tensors[m->ntensors - 1].tied_copy = true;
+            w.cur = copy.cur;
+            w.names = copy.names;
+        }
+        m->seg_cnt[seg] = w.cur - base;
+    }
+    m->P = w.cur;
+    return P;
 }
 
 void strata_tensor_part_copy(const strata_tensor_info_t *t, int tp, int tp_rank, float *whole,
@@ -172,7 +210,7 @@ static void init_tensor(const strata_gpt_t *m, int i, uint64_t seed, float *x, s
     const strata_tensor_info_t *t = &m->tensors[i];
     float std = m->cfg.init_std, proj_std = std / sqrtf(2.f * (float)m->cfg.n_layer);
     // Each tensor has its own stream, so a tensor's values do not depend on the others' sizes.
-    uint64_t s = seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    uint64_t s = seed * 0x100000001B3ull + (uint64_t)t->init_index * 0x9E3779B97F4A7C15ull;
     if (t->ndim == 2) {
         bool proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
         fill_normal(x, n, proj ? proj_std : std, &s);
@@ -286,6 +324,78 @@ strata_status_t strata_model_create(const strata_gpt_config_t *cfg, int max_batc
     return strata_model_create_shard(cfg, &none, max_batch, seed, out);
 }
 
+/* The layers, flags and segments of a shard's chunk (m->cfg, m->shard set). */
+static strata_status_t set_chunk(strata_gpt_t *m)
+{
+    int L = m->cfg.n_layer, b = m->shard.layer_begin, e = m->shard.layer_end;
+    if (b == 0 && e == 0)
+        e = L;
+    if (b < 0 || e > L || b >= e)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: pipeline chunk layers [%d, %d) outside "
+                        "the model's %d layers (a chunk holds at least one)", b, e, L);
+    m->l0 = b;
+    m->l1 = e;
+    m->nblocks = e - b;
+    m->has_embed = b == 0;
+    m->has_head = e == L;
+    m->seg_block0 = m->has_embed ? 1 : 0;
+    m->nseg = m->seg_block0 + m->nblocks + (m->has_head ? 1 : 0);
+    m->seg_final = m->has_head ? m->nseg - 1 : -1;
+    return STRATA_OK;
+}
+
+/* Carves slot k's activations out of the arena at *p (counts as in create). */
+static void take_slot(strata_gpt_t *m, slot_t *sl, float **p, size_t N, size_t R)
+{
+    size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, T = m->cfg.max_seq;
+    size_t att = (size_t)m->max_batch * m->NHl * T * T;
+    bool split = m->shard.split_backward;
+#define TAKE(n) (*p += (n), *p - (n))
+    sl->encoded = TAKE(R * C);
+    for (int l = 0; l < m->nblocks; l++) {
+        block_acts_t *a = &sl->ba[l];
+        a->ln1 = TAKE(R * C);
+        a->ln1_mean = TAKE(R);
+        a->ln1_rstd = TAKE(R);
+        a->qkv = TAKE(3 * N * Cl);
+        a->atty = TAKE(N * Cl);
+        a->att = TAKE(att);
+        a->res1 = TAKE(R * C);
+        a->ln2 = TAKE(R * C);
+        a->ln2_mean = TAKE(R);
+        a->ln2_rstd = TAKE(R);
+        a->fch = TAKE(N * Fl);
+        a->fch_gelu = TAKE(N * Fl);
+        a->res2 = TAKE(R * C);
+        if (split) {
+            a->dqkv = TAKE(3 * N * Cl);
+            a->dproj = TAKE(N * C);
+            a->dfc = TAKE(N * Fl);
+            a->dfc2 = TAKE(N * C);
+        }
+    }
+    if (m->has_head) {
+        sl->lnf = TAKE(R * C);
+        sl->lnf_mean = TAKE(R);
+        sl->lnf_rstd = TAKE(R);
+        sl->logits = TAKE(N * m->Vl);
+        sl->lse = TAKE(N);
+    }
+#undef TAKE
+}
+
+/* Floats of one slot's activations (take_slot's). */
+static size_t slot_floats(const strata_gpt_t *m, size_t N, size_t R)
+{
+    size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, T = m->cfg.max_seq;
+    size_t att = (size_t)m->max_batch * m->NHl * T * T;
+    size_t block = 5 * R * C + 4 * R + 4 * N * Cl + att + 2 * N * Fl;
+    if (m->shard.split_backward)
+        block += 3 * N * Cl + 2 * N * C + N * Fl;
+    size_t head = m->has_head ? R * C + 2 * R + N * m->Vl + N : 0;
+    return R * C + (size_t)m->nblocks * block + head;
+}
+
 strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
                                           const strata_gpt_shard_t *shard, int max_batch,
                                           uint64_t seed, strata_gpt_t **out)
@@ -303,6 +413,9 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     if (shard->chunks < 0 || shard->chunks > ST_TP_MAX_CHUNKS)
         return st_error(STRATA_ERR_INVALID_ARG, "model: chunks %d outside [0, %d]", shard->chunks,
                         ST_TP_MAX_CHUNKS);
+    if (shard->slots < 0 || shard->slots > STRATA_GPT_MAX_SLOTS)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: %d activation slots outside [0, %d]",
+                        shard->slots, STRATA_GPT_MAX_SLOTS);
     if (max_batch < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "model: max_batch must be >= 1, got %d", max_batch);
     strata_gpt_t *m = calloc(1, sizeof *m);
@@ -312,61 +425,51 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     m->shard = *shard;
     m->shard.sp = shard->sp && shard->tp > 1;
     m->max_batch = max_batch;
+    strata_status_t rc = set_chunk(m);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
     int L = c.n_layer, tp = shard->tp;
     m->Cl = c.d_model / tp;
     m->Fl = c.d_ff / tp;
     m->NHl = c.n_head / tp;
     m->Vl = c.vocab / tp;
-    m->nseg = L + 2;
-    int maxt = 4 + 12 * L;
+    m->nslots = shard->slots > 0 ? shard->slots : 1;
+    int maxt = 5 + 12 * L;
     m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
     m->names = calloc((size_t)maxt, 64);
     m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
     m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
-    m->ba = calloc((size_t)L, sizeof *m->ba);
+    m->slot = calloc((size_t)m->nslots, sizeof *m->slot);
+    bool slots_ok = m->slot != NULL;
+    for (int k = 0; slots_ok && k < m->nslots; k++)
+        slots_ok = (m->slot[k].ba = calloc((size_t)m->nblocks, sizeof(block_acts_t))) != NULL;
     // N: every token of a batch; R: the residual stream's rows here (a 1/tp share with sp).
-    size_t N = (size_t)max_batch * c.max_seq, C = c.d_model, Fl = m->Fl, Vl = m->Vl, Cl = m->Cl;
+    size_t N = (size_t)max_batch * c.max_seq, C = c.d_model, Fl = m->Fl, Cl = m->Cl;
     size_t R = m->shard.sp ? (N + tp - 1) / tp : N;
-    size_t att = (size_t)max_batch * m->NHl * c.max_seq * c.max_seq;
-    size_t per_block = 5 * R * C + 4 * R + 3 * N * Cl + N * Cl + att + 2 * N * Fl;
-    size_t nacts = R * C + L * per_block + R * C + 2 * R + N * Vl + N;
-    size_t ngrad_acts = R * C + N * C + 3 * N * Cl + N * Fl + (size_t)c.max_seq * c.max_seq;
+    m->slot_floats = slot_floats(m, N, R);
+    size_t scratch = R * C + N * C + 3 * N * Cl + N * Fl + (size_t)c.max_seq * c.max_seq;
     size_t ntp = tp > 1 ? 3 * N * C + 3 * N + 6 * C : 0;
-    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt || !m->ba)
+    size_t nacts = m->slot_floats * (size_t)m->nslots + scratch + ntp;
+    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt || !slots_ok)
         goto oom;
     m->P_full = build_layout(m, &c);
     m->params = malloc(m->P * sizeof(float));
     m->grads = calloc(m->P, sizeof(float));
-    m->acts = calloc(nacts + ngrad_acts + ntp, sizeof(float));
-    m->tokens = calloc(N, sizeof(int32_t));
-    m->targets = calloc(N, sizeof(int32_t));
-    if (!m->params || !m->grads || !m->acts || !m->tokens || !m->targets)
+    m->acts = calloc(nacts, sizeof(float));
+    for (int k = 0; m->acts && k < m->nslots; k++) {
+        m->slot[k].tokens = calloc(N, sizeof(int32_t));
+        m->slot[k].targets = calloc(N, sizeof(int32_t));
+        if (!m->slot[k].tokens || !m->slot[k].targets)
+            goto oom;
+    }
+    if (!m->params || !m->grads || !m->acts)
         goto oom;
     float *p = m->acts;
+    for (int k = 0; k < m->nslots; k++)
+        take_slot(m, &m->slot[k], &p, N, R);
 #define TAKE(n) (p += (n), p - (n))
-    m->encoded = TAKE(R * C);
-    for (int l = 0; l < L; l++) {
-        block_acts_t *a = &m->ba[l];
-        a->ln1 = TAKE(R * C);
-        a->ln1_mean = TAKE(R);
-        a->ln1_rstd = TAKE(R);
-        a->qkv = TAKE(3 * N * Cl);
-        a->atty = TAKE(N * Cl);
-        a->att = TAKE(att);
-        a->res1 = TAKE(R * C);
-        a->ln2 = TAKE(R * C);
-        a->ln2_mean = TAKE(R);
-        a->ln2_rstd = TAKE(R);
-        a->fch = TAKE(N * Fl);
-        a->fch_gelu = TAKE(N * Fl);
-        a->res2 = TAKE(R * C);
-        // one R*C of per_block's 5 is spare: keeps the count simple and over-, never under-sized.
-    }
-    m->lnf = TAKE(R * C);
-    m->lnf_mean = TAKE(R);
-    m->lnf_rstd = TAKE(R);
-    m->logits = TAKE(N * Vl);
-    m->lse = TAKE(N);
     m->dres = TAKE(R * C);
     m->dbuf = TAKE(N * C);
     m->dqkv = TAKE(3 * N * Cl);
@@ -380,7 +483,7 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
         m->packed = TAKE(6 * C);
     }
 #undef TAKE
-    strata_status_t rc = strata_model_init_params(m, seed);
+    rc = strata_model_init_params(m, seed);
     if (rc < 0) {
         strata_model_destroy(m);
         return rc;
@@ -390,26 +493,37 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
 oom:
     strata_model_destroy(m);
     return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory allocating %zu parameters and "
-                    "%zu activation floats", build_layout(NULL, &c) / (size_t)tp,
-                    nacts + ngrad_acts + ntp);
+                    "%zu activation floats", build_layout(NULL, &c) / (size_t)tp, nacts);
 }
 
-/* The tensor table of one rank of a TP group of tp, without parameters or activations (its ops
- * are never called). */
-static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, strata_gpt_t **out)
+size_t strata_model_slot_floats(const strata_gpt_t *m)
+{
+    return m->slot_floats;
+}
+
+/* The tensor table of one rank of a TP group of tp holding layers [b, e) (0, 0: all), without
+ * parameters or activations (its ops are never called). */
+static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, int b, int e,
+                                   strata_gpt_t **out)
 {
     *out = NULL;
     strata_gpt_config_t c = *cfg;
-    ST_TRY(strata_gpt_config_check_tp(&c, tp));
     ST_TRY(strata_gpt_config_validate(&c));
+    ST_TRY(strata_gpt_config_check_tp(&c, tp));
     strata_gpt_t *m = calloc(1, sizeof *m);
     if (!m)
         return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
     m->cfg = c;
     m->shard = strata_gpt_shard_none();
     m->shard.tp = tp;
-    m->nseg = c.n_layer + 2;
-    int maxt = 4 + 12 * c.n_layer;
+    m->shard.layer_begin = b;
+    m->shard.layer_end = e;
+    strata_status_t rc = set_chunk(m);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
+    int maxt = 5 + 12 * c.n_layer;
     m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
     m->names = calloc((size_t)maxt, 64);
     m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
@@ -423,25 +537,29 @@ static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, strat
     return STRATA_OK;
 }
 
-size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp)
+size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp, int layer_begin,
+                                      int layer_end)
 {
     strata_gpt_t *m = NULL;
-    if (layout_only(cfg, tp, &m) < 0)
+    if (layout_only(cfg, tp, layer_begin, layer_end, &m) < 0)
         return 0;
     size_t P = m->P;
     strata_model_destroy(m);
     return P;
 }
 
-strata_status_t strata_gpt_arena_tp_convert(const strata_gpt_config_t *cfg, int tp, float *whole,
-                                            float *parts, bool to_parts)
+strata_status_t strata_gpt_arena_convert(const strata_gpt_config_t *cfg, int tp, int layer_begin,
+                                         int layer_end, float *whole, float *parts, bool to_parts)
 {
     strata_gpt_t *m = NULL;
-    ST_TRY(layout_only(cfg, tp, &m));
-    // Rank 0 last when gathering: its copy of a replicated tensor is the one that stays.
+    ST_TRY(layout_only(cfg, tp, layer_begin, layer_end, &m));
+    // Rank 0 last when gathering: its copy of a replicated tensor is the one that stays; a tied
+    // copy of wte is never gathered (the embedding's chunk holds the tensor).
     for (int r = tp - 1; r >= 0; r--)
         for (int i = 0; i < m->ntensors; i++) {
             const strata_tensor_info_t *t = &m->tensors[i];
+            if (t->tied_copy && !to_parts)
+                continue;
             strata_tensor_part_copy(t, tp, r, whole + t->full_offset,
                                     parts + (size_t)r * m->P + t->offset, to_parts);
         }
@@ -463,16 +581,19 @@ void strata_model_destroy(strata_gpt_t *m)
 {
     if (!m)
         return;
+    for (int k = 0; m->slot && k < m->nslots; k++) {
+        free(m->slot[k].ba);
+        free(m->slot[k].tokens);
+        free(m->slot[k].targets);
+    }
+    free(m->slot);
     free(m->tensors);
     free(m->names);
     free(m->seg_off);
     free(m->seg_cnt);
-    free(m->ba);
     free(m->params);
     free(m->grads);
     free(m->acts);
-    free(m->tokens);
-    free(m->targets);
     free(m);
 }
 
@@ -535,7 +656,7 @@ void strata_model_set_progress(strata_gpt_t *m, strata_model_progress_fn fn, voi
 
 const float *strata_model_logits(const strata_gpt_t *m)
 {
-    return m->logits;
+    return m->slot[0].logits;
 }
 
 double strata_model_flops_per_token(const strata_gpt_t *m, int T)

@@ -21,7 +21,19 @@ typedef struct block_layout {
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res1;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res2;
+    /* split backward: the output gradients of the linear layers, for their weight gradients */
+    float *dqkv, *dproj, *dfc, *dfc2;
 } block_acts_t;
+
+/* One micro-batch's activations: a slot (pipeline chunks hold several). */
+typedef struct slot {
+    int B, T;
+    bool have_targets, logits_valid, wgt_pending;
+    int32_t *tokens, *targets;
+    float *encoded; /* the embedding's output, or the chunk's input */
+    block_acts_t *ba; /* [nblocks] */
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse;
+} slot_t;
 
 struct strata_gpt {
     strata_gpt_config_t cfg;
@@ -34,18 +46,20 @@ struct strata_gpt {
     char *names; /* storage of the tensor names */
     int nseg;
     size_t *seg_off, *seg_cnt;
+    int l0, l1, nblocks;     /* the blocks held: layers [l0, l1) */
+    bool has_embed, has_head;
+    int seg_block0, seg_final; /* segment of block l0; of the final norm (-1 when absent) */
     block_layout_t bl;
-    size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment */
+    size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment (wte: the head's copy in the
+                                    final segment when the embeddings are not held) */
     int Cl, Fl, NHl, Vl;         /* this rank's attention width, MLP width, heads, vocabulary */
     float *acts;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse;
-    block_acts_t *ba;
+    int nslots;
+    slot_t *slot;
     float *dres, *dbuf, *dqkv, *dfch, *dscratch;
     float *full, *dfull, *dpart, *xent; /* TP: whole-row gather buffers, the CE reductions */
     float *packed;                      /* SP: a segment's replicated gradients, to sum */
-    int32_t *tokens, *targets;
-    int B, T;
-    bool have_targets, logits_valid;
+    size_t slot_floats;
     strata_param_hooks_t hooks;
     bool has_hooks;
     strata_model_progress_fn progress;
@@ -75,27 +89,37 @@ int st_tp_chunks(const strata_gpt_t *m, int N);
  * the sequence shards under sp). */
 strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, const float *w,
                                      const float *bias, int N, int C, int OC);
-/* Its backward: dx[R, C] += the input gradient (summed over the group), dw/dbias += (dbias may be
- * NULL). x as in forward (re-gathered under sp). */
+/* Its backward: dx[R, C] = the input gradient (summed over the group; written); with dw not NULL
+ * also dw/dbias += (dbias may be NULL), else the weight gradient is left to st_tp_column_weight.
+ * x as in forward (re-gathered under sp). */
 strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w, int N,
                                       int C, int OC);
+/* The weight gradient of a column-parallel layer: dw += dy^T X, dbias += column sums of dy (X
+ * re-gathered under sp). */
+strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, const float *dy,
+                                    const float *x, int N, int C, int OC);
 /* Row-parallel linear forward: y[R, OC] = sum over the group of a w^T (a: N x K, this rank's input
  * columns), + bias, + residual (may be NULL). */
 strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, const float *w,
                                   const float *bias, const float *residual, int N, int K, int OC);
-/* Its backward: da[N, K] = dy w (written), dw += dy^T a, dbias += column sums of dy's rows here. */
+/* Its backward: da[N, K] = dy w (written), dbias += column sums of dy's rows here, and dw += dy^T a
+ * when dw is not NULL; otherwise the whole-row dy is copied to keep (N x OC) for st_tp_row_weight. */
 strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float *dbias,
                                    const float *dy, const float *a, const float *w, int N, int K,
-                                   int OC);
+                                   int OC, float *keep);
+/* The weight gradient of a row-parallel layer from the kept whole-row dy: dw += dy^T a. */
+void st_tp_row_weight(strata_gpt_t *m, float *dw, const float *dy, const float *a, int N, int K,
+                      int OC);
 /* Vocabulary-parallel embedding: out[R, C] = wte[tok] + wpe[t], summed over the vocabulary slices. */
-strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wte, const float *wpe,
-                                    int B, int T);
+strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const int32_t *tokens,
+                                    const float *wte, const float *wpe, int B, int T);
 /* Its backward from dout[R, C]: dwte (this slice) and dwpe. */
 strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, const float *dout,
-                                     int B, int T);
-/* Vocabulary-parallel cross-entropy of logits[N, Vl] (this rank's slice): lse[N] and the mean loss. */
-strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N);
+                                     const int32_t *tokens, int B, int T);
+/* Vocabulary-parallel cross-entropy of the slot's logits[N, Vl] (this rank's slice): its lse[N] and
+ * the mean loss. */
+strata_status_t st_tp_xent_forward(strata_gpt_t *m, slot_t *sl, float *loss, int N);
 /* Sums, under sp, the replicated tensors' gradients of segment seg over the group (they are partial:
  * each rank saw its own rows). Nothing to do otherwise. */
 strata_status_t st_tp_reduce_replicated(strata_gpt_t *m, int seg);

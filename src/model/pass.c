@@ -67,14 +67,21 @@ static const char *const fwd_names[] = {"block1.fwd", "block2.fwd", "block3.fwd"
                                         "block5.fwd", "block6.fwd", "block7.fwd", "block8.fwd"};
 static const char *const bwd_names[] = {"block1.bwd", "block2.bwd", "block3.bwd", "block4.bwd",
                                         "block5.bwd", "block6.bwd", "block7.bwd", "block8.bwd"};
+static const char *const wgt_names[] = {"block1.wgt", "block2.wgt", "block3.wgt", "block4.wgt",
+                                        "block5.wgt", "block6.wgt", "block7.wgt", "block8.wgt"};
 #define NAMED(arr, l, dflt) ((l) < 8 ? arr[l] : (dflt))
 
-static strata_status_t block_forward(strata_gpt_t *m, int l, const float *p, const float *x, int B,
-                                     int T)
+/* Segment of global block l (held). */
+static int block_seg(const strata_gpt_t *m, int l)
+{
+    return m->seg_block0 + l - m->l0;
+}
+
+static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p,
+                                     const float *x, int B, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
-    block_acts_t *a = &m->ba[l];
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
     st_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o->ln1w, p + o->ln1b, R, C,
                          c->ln_eps);
@@ -91,162 +98,296 @@ static strata_status_t block_forward(strata_gpt_t *m, int l, const float *p, con
     return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, p + o->fc2b, a->res1, N, Fl, C);
 }
 
-static strata_status_t head_forward(strata_gpt_t *m, const float *p, int N)
+static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p,
+                                          const float *x, int R)
 {
-    return st_tp_column_forward(m, m->logits, m->lnf, p + m->wte, NULL, N, m->cfg.d_model, m->Vl);
-}
-
-static strata_status_t final_norm_forward(strata_gpt_t *m, const float *p, const float *x, int R)
-{
-    st_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, p + m->lnfw, p + m->lnfb, R,
+    st_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, p + m->lnfw, p + m->lnfb, R,
                          m->cfg.d_model, m->cfg.ln_eps);
     return STRATA_OK;
 }
 
-strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens, const int32_t *targets,
-                                     int B, int T, float *loss)
+static strata_status_t head_forward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
+{
+    return st_tp_column_forward(m, sl->logits, sl->lnf, p + m->wte, NULL, N, m->cfg.d_model, m->Vl);
+}
+
+static strata_status_t check_slot(const strata_gpt_t *m, int slot)
+{
+    if (slot < 0 || slot >= m->nslots)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: activation slot %d outside [0, %d)", slot,
+                        m->nslots);
+    return STRATA_OK;
+}
+
+/* The segment the tied head reads wte from: the embeddings', or the final one's copy. */
+static int head_seg(const strata_gpt_t *m)
+{
+    return m->has_embed ? 0 : m->seg_final;
+}
+
+strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int32_t *tokens,
+                                           const float *input, const int32_t *targets, int B, int T,
+                                           float *loss)
 {
     const strata_gpt_config_t *c = &m->cfg;
+    ST_TRY(check_slot(m, slot));
     if (B < 1 || B > m->max_batch || T < 1 || T > c->max_seq)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "model: batch %d x %d outside the model's %d x %d", B, T, m->max_batch,
                         c->max_seq);
-    int N = B * T, V = c->vocab, L = c->n_layer;
+    int N = B * T, V = c->vocab, R = st_model_rows(m, N), C = c->d_model;
     if (m->shard.sp && N % m->shard.tp)
         return st_error(STRATA_ERR_INVALID_ARG, "model: sequence parallelism over %d ranks needs "
                         "the batch's %d x %d tokens divisible by %d", m->shard.tp, B, T,
                         m->shard.tp);
+    if (m->has_embed ? !tokens : !input)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: the chunk of layers [%d, %d) reads %s",
+                        m->l0, m->l1, m->has_embed ? "tokens" : "the previous chunk's activations");
+    slot_t *sl = &m->slot[slot];
     for (int i = 0; i < N; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V)
+        if (tokens && (tokens[i] < 0 || tokens[i] >= V))
             return st_error(STRATA_ERR_INVALID_ARG, "model: token %d at position %d outside "
                             "[0, %d)", tokens[i], i, V);
         if (targets && (targets[i] < 0 || targets[i] >= V))
             return st_error(STRATA_ERR_INVALID_ARG, "model: target %d at position %d outside "
                             "[0, %d)", targets[i], i, V);
     }
-    memcpy(m->tokens, tokens, (size_t)N * sizeof(int32_t));
+    if (tokens)
+        memcpy(sl->tokens, tokens, (size_t)N * sizeof(int32_t));
     if (targets)
-        memcpy(m->targets, targets, (size_t)N * sizeof(int32_t));
-    m->B = B;
-    m->T = T;
-    m->have_targets = false;
-    m->logits_valid = false;
+        memcpy(sl->targets, targets, (size_t)N * sizeof(int32_t));
+    sl->B = B;
+    sl->T = T;
+    sl->have_targets = false;
+    sl->logits_valid = false;
     const float *p = NULL;
 
-    strata_trace_begin("compute", "embed.fwd");
-    WITH_SEG(m, 0, false, p, st_tp_embed_forward(m, m->encoded, p + m->wte, p + m->wpe, B, T));
-    strata_trace_end("compute", "embed.fwd");
-    const float *x = m->encoded;
-    for (int l = 0; l < L; l++) {
-        const char *nm = NAMED(fwd_names, l, "block.fwd");
-        strata_trace_begin("compute", nm);
-        WITH_SEG(m, 1 + l, false, p, block_forward(m, l, p, x, B, T));
-        strata_trace_end("compute", nm);
-        x = m->ba[l].res2;
+    if (m->has_embed) {
+        strata_trace_begin("compute", "embed.fwd");
+        WITH_SEG(m, 0, false, p,
+                 st_tp_embed_forward(m, sl->encoded, sl->tokens, p + m->wte, p + m->wpe, B, T));
+        strata_trace_end("compute", "embed.fwd");
+    } else {
+        memcpy(sl->encoded, input, (size_t)R * C * sizeof(float));
     }
+    const float *x = sl->encoded;
+    for (int l = m->l0; l < m->l1; l++) {
+        const char *nm = NAMED(fwd_names, l, "block.fwd");
+        block_acts_t *a = &sl->ba[l - m->l0];
+        strata_trace_begin("compute", nm);
+        WITH_SEG(m, block_seg(m, l), false, p, block_forward(m, a, p, x, B, T));
+        strata_trace_end("compute", nm);
+        x = a->res2;
+    }
+    if (!m->has_head)
+        return STRATA_OK;
     strata_trace_begin("compute", "head.fwd");
-    WITH_SEG(m, L + 1, false, p, final_norm_forward(m, p, x, st_model_rows(m, N)));
-    WITH_SEG(m, 0, false, p, head_forward(m, p, N));
+    WITH_SEG(m, m->seg_final, false, p, final_norm_forward(m, sl, p, x, R));
+    WITH_SEG(m, head_seg(m), false, p, head_forward(m, sl, p, N));
     st_model_progress(m);
-    m->logits_valid = true;
+    sl->logits_valid = true;
     if (targets) {
         float l = 0;
-        ST_TRY(st_tp_xent_forward(m, &l, N));
+        ST_TRY(st_tp_xent_forward(m, sl, &l, N));
         if (loss)
             *loss = l;
-        m->have_targets = true;
+        sl->have_targets = true;
     }
     strata_trace_end("compute", "head.fwd");
     return STRATA_OK;
 }
 
+const float *strata_model_chunk_output(const strata_gpt_t *m, int slot)
+{
+    if (slot < 0 || slot >= m->nslots || m->has_head)
+        return NULL;
+    return m->slot[slot].ba[m->nblocks - 1].res2;
+}
+
+strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens, const int32_t *targets,
+                                     int B, int T, float *loss)
+{
+    if (!m->has_embed || !m->has_head)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: a pipeline chunk (layers [%d, %d)) runs "
+                        "strata_model_forward_chunk", m->l0, m->l1);
+    return strata_model_forward_chunk(m, 0, tokens, NULL, targets, B, T, loss);
+}
+
 /* ---- backward ---------------------------------------------------------------------------------- */
 
-/* dres holds d(res2) on entry and d(x) on return. */
-static strata_status_t block_backward(strata_gpt_t *m, int l, const float *p, const float *x, int B,
-                                      int T)
+/* dres holds d(res2) on entry and d(x) on return. With split_backward the linear layers' weight
+ * gradients are left for block_weights, their output gradients kept in the slot. */
+static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g, const float *p,
+                                      const float *x, int B, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
-    block_acts_t *a = &m->ba[l];
-    float *g = m->grads + m->seg_off[1 + l];
+    bool split = m->shard.split_backward;
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
     // d(res2) flows unchanged into d(res1) through the residual; the MLP adds to it.
-    ST_TRY(st_tp_row_backward(m, m->dfch, g + o->fc2w, g + o->fc2b, m->dres, a->fch_gelu,
-                              p + o->fc2w, N, Fl, C));
+    ST_TRY(st_tp_row_backward(m, m->dfch, split ? NULL : g + o->fc2w, g + o->fc2b, m->dres,
+                              a->fch_gelu, p + o->fc2w, N, Fl, C, a->dfc2));
     st_model_progress(m);
     st_gelu_backward(m->dfch, a->fch, m->dfch, (size_t)N * Fl);
-    ST_TRY(st_tp_column_backward(m, m->dbuf, g + o->fcw, g + o->fcb, m->dfch, a->ln2, p + o->fcw,
-                                 N, C, Fl));
+    if (split)
+        memcpy(a->dfc, m->dfch, (size_t)N * Fl * sizeof(float));
+    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->fcw, g + o->fcb, m->dfch,
+                                 a->ln2, p + o->fcw, N, C, Fl));
     st_model_progress(m);
     st_layernorm_backward(m->dres, g + o->ln2w, g + o->ln2b, m->dbuf, a->res1, p + o->ln2w,
                           a->ln2_mean, a->ln2_rstd, R, C);
     // dres now holds d(res1); it flows unchanged into d(x), the attention adds to it.
-    ST_TRY(st_tp_row_backward(m, m->dbuf, g + o->projw, g + o->projb, m->dres, a->atty,
-                              p + o->projw, N, Cl, C));
+    ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, g + o->projb, m->dres,
+                              a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
     st_attention_backward(m->dqkv, m->dscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl);
     st_model_progress(m);
-    ST_TRY(st_tp_column_backward(m, m->dbuf, g + o->qkvw, g + o->qkvb, m->dqkv, a->ln1,
-                                 p + o->qkvw, N, C, 3 * Cl));
+    if (split)
+        memcpy(a->dqkv, m->dqkv, (size_t)N * 3 * Cl * sizeof(float));
+    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->qkvw, g + o->qkvb, m->dqkv,
+                                 a->ln1, p + o->qkvw, N, C, 3 * Cl));
     st_model_progress(m);
     st_layernorm_backward(m->dres, g + o->ln1w, g + o->ln1b, m->dbuf, x, p + o->ln1w, a->ln1_mean,
                           a->ln1_rstd, R, C);
     return STRATA_OK;
 }
 
-static strata_status_t head_backward(strata_gpt_t *m, const float *p, int N)
+/* The weight gradients block_backward left (split_backward). */
+static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g, int B, int T)
 {
-    return st_tp_column_backward(m, m->dbuf, m->grads + m->wte, NULL, m->logits, m->lnf,
-                                 p + m->wte, N, m->cfg.d_model, m->Vl);
+    const block_layout_t *o = &m->bl;
+    int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
+    st_tp_row_weight(m, g + o->fc2w, a->dfc2, a->fch_gelu, N, Fl, C);
+    ST_TRY(st_tp_column_weight(m, g + o->fcw, g + o->fcb, a->dfc, a->ln2, N, C, Fl));
+    st_model_progress(m);
+    st_tp_row_weight(m, g + o->projw, a->dproj, a->atty, N, Cl, C);
+    return st_tp_column_weight(m, g + o->qkvw, g + o->qkvb, a->dqkv, a->ln1, N, C, 3 * Cl);
 }
 
-static strata_status_t final_norm_backward(strata_gpt_t *m, const float *p, const float *x, int R)
+static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
-    float *g = m->grads + m->seg_off[m->cfg.n_layer + 1];
+    return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[head_seg(m)] + m->wte, NULL,
+                                 sl->logits, sl->lnf, p + m->wte, N, m->cfg.d_model, m->Vl);
+}
+
+static strata_status_t final_norm_backward(strata_gpt_t *m, slot_t *sl, const float *p,
+                                           const float *x, int R)
+{
+    float *g = m->grads + m->seg_off[m->seg_final];
     memset(m->dres, 0, (size_t)R * m->cfg.d_model * sizeof(float));
-    st_layernorm_backward(m->dres, g + m->lnfw, g + m->lnfb, m->dbuf, x, p + m->lnfw, m->lnf_mean,
-                          m->lnf_rstd, R, m->cfg.d_model);
+    st_layernorm_backward(m->dres, g + m->lnfw, g + m->lnfb, m->dbuf, x, p + m->lnfw, sl->lnf_mean,
+                          sl->lnf_rstd, R, m->cfg.d_model);
+    return STRATA_OK;
+}
+
+/* The backward of slot's micro-batch, adding to the gradients; grad_ready per segment when
+ * `ready` (the whole-model backward: one micro-batch per step). */
+static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, float loss_scale,
+                                bool ready)
+{
+    slot_t *sl = &m->slot[slot];
+    int B = sl->B, T = sl->T, N = B * T, R = st_model_rows(m, N), C = m->cfg.d_model;
+    const float *p = NULL;
+    if (m->has_head) {
+        if (!sl->have_targets)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "model: backward needs a forward pass with targets first");
+        sl->have_targets = false; // the logits buffer becomes dlogits
+        sl->logits_valid = false;
+        strata_trace_begin("compute", "head.bwd");
+        st_xent_backward(sl->logits, sl->logits, sl->lse, sl->targets, m->shard.tp_rank * m->Vl, N,
+                         m->Vl, loss_scale / (float)N);
+        WITH_SEG(m, head_seg(m), true, p, head_backward(m, sl, p, N));
+        st_model_progress(m);
+        const float *xl = m->slot[slot].ba[m->nblocks - 1].res2;
+        WITH_SEG(m, m->seg_final, true, p, final_norm_backward(m, sl, p, xl, R));
+        strata_trace_end("compute", "head.bwd");
+        if (ready)
+            ST_TRY(grad_ready(m, m->seg_final));
+    } else {
+        if (!dout)
+            return st_error(STRATA_ERR_INVALID_ARG, "model: the chunk of layers [%d, %d) needs "
+                            "its output's gradient", m->l0, m->l1);
+        memcpy(m->dres, dout, (size_t)R * C * sizeof(float));
+    }
+    for (int l = m->l1 - 1; l >= m->l0; l--) {
+        const char *nm = NAMED(bwd_names, l, "block.bwd");
+        int li = l - m->l0, seg = block_seg(m, l);
+        strata_trace_begin("compute", nm);
+        const float *x = li > 0 ? sl->ba[li - 1].res2 : sl->encoded;
+        WITH_SEG(m, seg, true, p,
+                 block_backward(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
+        strata_trace_end("compute", nm);
+        if (ready)
+            ST_TRY(grad_ready(m, seg));
+    }
+    sl->wgt_pending = m->shard.split_backward;
+    if (!m->has_embed)
+        return STRATA_OK; // dres: the gradient of the chunk's input
+    strata_trace_begin("compute", "embed.bwd");
+    WITH_SEG(m, 0, true, p,
+             st_tp_embed_backward(m, m->grads + m->wte, m->grads + m->wpe, m->dres, sl->tokens, B,
+                                  T));
+    strata_trace_end("compute", "embed.bwd");
+    if (ready)
+        ST_TRY(grad_ready(m, 0));
+    return STRATA_OK;
+}
+
+strata_status_t strata_model_backward_chunk(strata_gpt_t *m, int slot, const float *dout,
+                                            float loss_scale)
+{
+    ST_TRY(check_slot(m, slot));
+    return backward(m, slot, dout, loss_scale, false);
+}
+
+const float *strata_model_chunk_input_grad(const strata_gpt_t *m)
+{
+    return m->has_embed ? NULL : m->dres;
+}
+
+strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
+{
+    ST_TRY(check_slot(m, slot));
+    slot_t *sl = &m->slot[slot];
+    if (!sl->wgt_pending)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: slot %d has no weight gradient pending "
+                        "(split backward: after its backward, once)", slot);
+    const float *p = NULL;
+    for (int l = m->l1 - 1; l >= m->l0; l--) {
+        int li = l - m->l0, seg = block_seg(m, l);
+        const char *nm = NAMED(wgt_names, l, "block.wgt");
+        strata_trace_begin("compute", nm);
+        WITH_SEG(m, seg, true, p,
+                 block_weights(m, &sl->ba[li], m->grads + m->seg_off[seg], sl->B, sl->T));
+        strata_trace_end("compute", nm);
+    }
+    (void)p;
+    sl->wgt_pending = false;
+    return STRATA_OK;
+}
+
+void strata_model_zero_grads(strata_gpt_t *m)
+{
+    memset(m->grads, 0, m->P * sizeof(float));
+}
+
+strata_status_t strata_model_grads_done(strata_gpt_t *m)
+{
+    for (int seg = m->nseg - 1; seg >= 0; seg--)
+        ST_TRY(grad_ready(m, seg));
     return STRATA_OK;
 }
 
 strata_status_t strata_model_backward(strata_gpt_t *m)
 {
-    if (!m->have_targets)
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "model: backward needs a forward pass with targets first");
-    const strata_gpt_config_t *c = &m->cfg;
-    int B = m->B, T = m->T, N = B * T, R = st_model_rows(m, N), L = c->n_layer;
-    const float *p = NULL;
+    if (!m->has_embed || !m->has_head || m->shard.split_backward)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: a pipeline chunk (layers [%d, %d)) or a "
+                        "split backward runs strata_model_backward_chunk", m->l0, m->l1);
     // The kernels accumulate, so the arena is zeroed once here. Writing the first contribution with
     // beta = 0 instead would not save a pass: OpenBLAS implements beta = 0 as its own zeroing pass
     // over C before the kernel, and this memset (13 MB at the benchmark size) costs ~0.2 ms of a
     // ~250 ms step.
-    memset(m->grads, 0, m->P * sizeof(float));
-    m->have_targets = false; // the logits buffer becomes dlogits
-    m->logits_valid = false;
-
-    strata_trace_begin("compute", "head.bwd");
-    st_xent_backward(m->logits, m->logits, m->lse, m->targets, m->shard.tp_rank * m->Vl, N, m->Vl,
-                     1.f / (float)N);
-    WITH_SEG(m, 0, true, p, head_backward(m, p, N));
-    st_model_progress(m);
-    const float *xl = L > 0 ? m->ba[L - 1].res2 : m->encoded;
-    WITH_SEG(m, L + 1, true, p, final_norm_backward(m, p, xl, R));
-    strata_trace_end("compute", "head.bwd");
-    ST_TRY(grad_ready(m, L + 1));
-    for (int l = L - 1; l >= 0; l--) {
-        const char *nm = NAMED(bwd_names, l, "block.bwd");
-        strata_trace_begin("compute", nm);
-        const float *x = l > 0 ? m->ba[l - 1].res2 : m->encoded;
-        WITH_SEG(m, 1 + l, true, p, block_backward(m, l, p, x, B, T));
-        strata_trace_end("compute", nm);
-        ST_TRY(grad_ready(m, 1 + l));
-    }
-    strata_trace_begin("compute", "embed.bwd");
-    WITH_SEG(m, 0, true, p,
-             st_tp_embed_backward(m, m->grads + m->wte, m->grads + m->wpe, m->dres, B, T));
-    strata_trace_end("compute", "embed.bwd");
-    ST_TRY(grad_ready(m, 0));
-    return STRATA_OK;
+    strata_model_zero_grads(m);
+    return backward(m, 0, NULL, 1.f, true);
 }

@@ -89,14 +89,15 @@ strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, flo
 {
     if (m->shard.tp <= 1) {
         st_matmul_backward_input(dx, dy, w, N, C, OC);
-        st_matmul_backward_weight(dw, dbias, dy, x, N, C, OC);
+        if (dw)
+            st_matmul_backward_weight(dw, dbias, dy, x, N, C, OC);
         return STRATA_OK;
     }
     int K = st_tp_chunks(m, N), Nb = N / K;
     void *gh[ST_TP_MAX_CHUNKS] = {0}, *rh[ST_TP_MAX_CHUNKS] = {0};
     strata_status_t rc = STRATA_OK;
     const float *xf = x;
-    if (m->shard.sp) { // the input again, gathered while the input gradient computes
+    if (m->shard.sp && dw) { // the input again, gathered while the input gradient computes
         rc = gather_start(m, x, m->full, N, C, gh, K);
         xf = m->full;
     }
@@ -113,10 +114,27 @@ strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, flo
     }
     if (rc == STRATA_OK)
         rc = wait_all(m, gh, K);
-    if (rc == STRATA_OK) // the weight gradient while the input gradient's sums run
+    if (rc == STRATA_OK && dw) // the weight gradient while the input gradient's sums run
         st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
     strata_status_t r1 = wait_all(m, gh, K), r2 = wait_all(m, rh, K);
     return rc < 0 ? rc : r1 < 0 ? r1 : r2;
+}
+
+strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, const float *dy,
+                                    const float *x, int N, int C, int OC)
+{
+    const float *xf = x;
+    if (m->shard.sp) { // the layer's input, gathered again
+        int K = st_tp_chunks(m, N);
+        void *gh[ST_TP_MAX_CHUNKS] = {0};
+        strata_status_t rc = gather_start(m, x, m->full, N, C, gh, K);
+        strata_status_t r2 = wait_all(m, gh, K);
+        ST_TRY(rc);
+        ST_TRY(r2);
+        xf = m->full;
+    }
+    st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
+    return STRATA_OK;
 }
 
 /* ---- row-parallel -------------------------------------------------------------------------------- */
@@ -164,7 +182,7 @@ strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, con
 
 strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float *dbias,
                                    const float *dy, const float *a, const float *w, int N, int K,
-                                   int OC)
+                                   int OC, float *keep)
 {
     const float *dyf = dy;
     if (m->shard.sp) { // the output gradient of every row
@@ -178,27 +196,37 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
     }
     // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T.
     st_matmul_backward_input(da, dyf, w, N, K, OC);
-    st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC);
+    if (dw)
+        st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC);
+    else
+        memcpy(keep, dyf, (size_t)N * OC * sizeof(float));
     if (dbias) // the bias was added on this rank's rows only
         st_bias_backward(dbias, dy, st_model_rows(m, N), OC);
     return STRATA_OK;
 }
 
+void st_tp_row_weight(strata_gpt_t *m, float *dw, const float *dy, const float *a, int N, int K,
+                      int OC)
+{
+    (void)m;
+    st_matmul_backward_weight(dw, NULL, dy, a, N, K, OC);
+}
+
 /* ---- vocabulary-parallel embedding ---------------------------------------------------------------- */
 
-strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wte, const float *wpe,
-                                    int B, int T)
+strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const int32_t *tokens,
+                                    const float *wte, const float *wpe, int B, int T)
 {
     int C = m->cfg.d_model, N = B * T, v0 = m->shard.tp_rank * m->Vl;
     if (m->shard.tp <= 1) {
-        st_encoder_forward(out, m->tokens, wte, 0, m->Vl, wpe, B, T, C);
+        st_encoder_forward(out, tokens, wte, 0, m->Vl, wpe, B, T, C);
         return STRATA_OK;
     }
     // Each rank embeds the tokens of its slice (zeros for the others), one rank adds the positions,
     // and the sum over the group is the embedding: the same pattern as a row-parallel output.
     float *part = m->shard.sp ? m->dpart : out;
-    st_encoder_forward(part, m->tokens, wte, v0, v0 + m->Vl, m->shard.tp_rank == 0 ? wpe : NULL, B,
-                       T, C);
+    st_encoder_forward(part, tokens, wte, v0, v0 + m->Vl, m->shard.tp_rank == 0 ? wpe : NULL, B, T,
+                       C);
     int nb = st_tp_chunks(m, N), Nb = N / nb;
     size_t piece = (size_t)(Nb / m->shard.tp) * C;
     void *hs[ST_TP_MAX_CHUNKS] = {0};
@@ -215,7 +243,7 @@ strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const float *wt
 }
 
 strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, const float *dout,
-                                     int B, int T)
+                                     const int32_t *tokens, int B, int T)
 {
     int C = m->cfg.d_model, N = B * T, v0 = m->shard.tp_rank * m->Vl;
     const float *d = dout;
@@ -229,28 +257,28 @@ strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, 
         d = m->dfull;
     }
     // wpe's gradient comes from every row on every rank: the same everywhere, nothing to sum.
-    st_encoder_backward(dwte, v0, v0 + m->Vl, dwpe, d, m->tokens, B, T, C);
+    st_encoder_backward(dwte, v0, v0 + m->Vl, dwpe, d, tokens, B, T, C);
     return STRATA_OK;
 }
 
 /* ---- vocabulary-parallel cross-entropy ------------------------------------------------------------- */
 
-strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N)
+strata_status_t st_tp_xent_forward(strata_gpt_t *m, slot_t *sl, float *loss, int N)
 {
     if (m->shard.tp <= 1) {
-        *loss = st_xent_forward(m->lse, m->logits, m->targets, N, m->Vl);
+        *loss = st_xent_forward(sl->lse, sl->logits, sl->targets, N, m->Vl);
         return STRATA_OK;
     }
     // The row max over the group, then the sums of exps and the target logits in one sum.
     float *mx = m->xent, *sums = m->xent + N;
     int v0 = m->shard.tp_rank * m->Vl;
     void *h = NULL;
-    st_xent_rowmax(mx, m->logits, N, m->Vl);
+    st_xent_rowmax(mx, sl->logits, N, m->Vl);
     strata_status_t rc = start(m, STRATA_TP_ALLREDUCE_MAX, mx, mx, (size_t)N, &h);
     if (rc == STRATA_OK)
         rc = wait_all(m, &h, 1);
     if (rc == STRATA_OK) {
-        st_xent_slice(sums, sums + N, m->logits, mx, m->targets, v0, N, m->Vl);
+        st_xent_slice(sums, sums + N, sl->logits, mx, sl->targets, v0, N, m->Vl);
         rc = start(m, STRATA_TP_ALLREDUCE_SUM, sums, sums, 2 * (size_t)N, &h);
     }
     if (rc == STRATA_OK)
@@ -258,8 +286,8 @@ strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N)
     ST_TRY(rc);
     double total = 0;
     for (int n = 0; n < N; n++) {
-        m->lse[n] = mx[n] + logf(sums[n]);
-        total += (double)(m->lse[n] - sums[N + n]);
+        sl->lse[n] = mx[n] + logf(sums[n]);
+        total += (double)(sl->lse[n] - sums[N + n]);
     }
     *loss = (float)(total / N);
     return STRATA_OK;
@@ -269,8 +297,8 @@ strata_status_t st_tp_xent_forward(strata_gpt_t *m, float *loss, int N)
 
 strata_status_t st_tp_reduce_replicated(strata_gpt_t *m, int seg)
 {
-    // Segment 0's replicated tensor (wpe) sees every row on every rank (st_tp_embed_backward).
-    if (!m->shard.sp || seg == 0)
+    // The embeddings' replicated tensor (wpe) sees every row on every rank (st_tp_embed_backward).
+    if (!m->shard.sp || (m->has_embed && seg == 0))
         return STRATA_OK;
     size_t n = 0;
     for (int pass = 0; pass < 2; pass++) { // pack, sum, unpack
