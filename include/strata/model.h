@@ -140,13 +140,20 @@ typedef struct strata_tp_ops {
     void (*progress)(void *ctx);
 } strata_tp_ops_t;
 
-#define STRATA_GPT_MAX_SLOTS 64
+#define STRATA_GPT_MAX_SLOTS 256
+#define STRATA_GPT_MAX_CHUNKS 8
+
+/* The pipeline chunks a model holds: chunk k is layers [begin[k], end[k]), ascending and disjoint;
+ * n 0: the whole model as one chunk. */
+typedef struct strata_gpt_layers {
+    int n;
+    int begin[STRATA_GPT_MAX_CHUNKS], end[STRATA_GPT_MAX_CHUNKS];
+} strata_gpt_layers_t;
 
 typedef struct strata_gpt_shard {
     int tp, tp_rank; /* group size and this rank's place in it (1, 0: the whole model) */
-    /* pipeline chunk: layers [layer_begin, layer_end) (0, 0: all of them); see "pipeline chunks" */
-    int layer_begin, layer_end;
-    int slots;       /* micro-batches whose activations are held at once (0: 1) */
+    strata_gpt_layers_t layers; /* pipeline chunks held (see "pipeline chunks") */
+    int slots;       /* micro-batch activations held at once, over all chunks (0: 1) */
     bool split_backward; /* backward in two phases, input gradient then weight gradient (ZB) */
     bool sp;         /* sequence parallelism (needs B*T divisible by chunks * tp) */
     int chunks;      /* row blocks per TP collective for overlap; 0 = automatic (2 where B*T allows
@@ -179,18 +186,18 @@ STRATA_API size_t strata_model_full_nparams(const strata_gpt_t *m);
 STRATA_API void strata_tensor_part_copy(const strata_tensor_info_t *t, int tp, int tp_rank,
                                         float *whole, float *part, bool to_part);
 
-/* Floats in the arena of one rank of a TP group of tp holding layers [layer_begin, layer_end) (0, 0:
- * all; the whole model's at tp 1); 0 when the configuration cannot be cut so. */
+/* Floats in the arena of one rank of a TP group of tp holding the chunks `layers` (NULL or n 0: all;
+ * the whole model's at tp 1); 0 when the configuration cannot be cut so. */
 STRATA_API size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp,
-                                                 int layer_begin, int layer_end);
+                                                 const strata_gpt_layers_t *layers);
 
 /* Converts between the whole model's arena (the one-process layout) and the arenas of the tp ranks
- * of a TP group holding layers [layer_begin, layer_end), laid one after another (rank 0's first,
+ * of a TP group holding the chunks `layers` (NULL: all), laid one after another (rank 0's first,
  * strata_gpt_config_part_nparams floats each): to_parts true fills `parts` from `whole`, false
  * fills the part's tensors of `whole` from `parts` (a replicated tensor from rank 0; a tied copy of
  * wte never). Errors: STRATA_ERR_INVALID_ARG (cannot be cut), NO_MEMORY. */
 STRATA_API strata_status_t strata_gpt_arena_convert(const strata_gpt_config_t *cfg, int tp,
-                                                    int layer_begin, int layer_end, float *whole,
+                                                    const strata_gpt_layers_t *layers, float *whole,
                                                     float *parts, bool to_parts);
 
 /* Allocates parameters (initialised with `seed`, GPT-2 scheme), gradients and activations for
@@ -256,20 +263,22 @@ STRATA_API strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *
                                                 const int32_t *targets, int B, int T, float *loss);
 
 /* ---- pipeline chunks ------------------------------------------------------------------------------
- * A model made with layer_begin/layer_end holds one chunk of a pipeline: its blocks, plus the
- * embeddings when it starts at layer 0 and the final norm, the tied head and the loss when it ends at
- * the last layer. It runs micro-batches in activation slots (shard.slots of them): a slot holds one
- * micro-batch's activations from its forward until its backward (and weight gradient) is done. The
+ * A model made with shard.layers holds chunks of a pipeline (one, or several: a stage of an
+ * interleaved or V-shaped schedule): their blocks, plus the embeddings when a chunk starts at layer 0
+ * and the final norm, the tied head and the loss when one ends at the last layer. It runs
+ * micro-batches in activation slots (shard.slots of them): a slot holds one micro-batch's
+ * activations on one chunk from its forward until its backward (and weight gradient) is done. The
  * whole-model calls above (strata_model_forward/backward) are slot 0 of a model holding every layer.
  * Gradients accumulate over micro-batches: strata_model_zero_grads once per step, then each
  * micro-batch's backward adds to them; the parameter hooks' acquire/release still run around every
  * segment, grad_ready only from strata_model_grads_done. Rows: the residual stream of R rows (B*T,
  * or B*T/tp under sequence parallelism) is what chunks pass to each other. */
 
-/* Forward of one micro-batch in `slot`: the first chunk reads tokens (B x T), any other chunk
+/* Forward of one micro-batch in `slot` on chunk `chunk` (0 .. layers.n-1, in the model's order):
+ * the chunk starting at layer 0 reads tokens (B x T), any other chunk
  * `input` (R x d_model floats, copied); the last chunk with targets computes the mean loss. Errors:
  * INVALID_ARG (slot, shape, a missing input), hook and TP errors. */
-STRATA_API strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot,
+STRATA_API strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
                                                       const int32_t *tokens, const float *input,
                                                       const int32_t *targets, int B, int T,
                                                       float *loss);

@@ -81,7 +81,7 @@ static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
     if (m->has_embed)
         m->seg_cnt[seg++] = w.cur;
     for (int l = 0; l < c->n_layer; l++) {
-        bool held = l >= m->l0 && l < m->l1;
+        bool held = m->blk[l] >= 0;
         size_t base = w.cur;
         if (held)
             m->seg_off[seg] = base;
@@ -324,20 +324,35 @@ strata_status_t strata_model_create(const strata_gpt_config_t *cfg, int max_batc
     return strata_model_create_shard(cfg, &none, max_batch, seed, out);
 }
 
-/* The layers, flags and segments of a shard's chunk (m->cfg, m->shard set). */
-static strata_status_t set_chunk(strata_gpt_t *m)
+/* The chunks, flags and segments of a shard (m->cfg, m->shard set); allocates m->blk. */
+static strata_status_t set_chunks(strata_gpt_t *m)
 {
-    int L = m->cfg.n_layer, b = m->shard.layer_begin, e = m->shard.layer_end;
-    if (b == 0 && e == 0)
-        e = L;
-    if (b < 0 || e > L || b >= e)
-        return st_error(STRATA_ERR_INVALID_ARG, "model: pipeline chunk layers [%d, %d) outside "
-                        "the model's %d layers (a chunk holds at least one)", b, e, L);
-    m->l0 = b;
-    m->l1 = e;
-    m->nblocks = e - b;
-    m->has_embed = b == 0;
-    m->has_head = e == L;
+    int L = m->cfg.n_layer;
+    strata_gpt_layers_t ch = m->shard.layers;
+    if (ch.n == 0)
+        ch = (strata_gpt_layers_t){.n = 1, .begin = {0}, .end = {L}};
+    if (ch.n < 0 || ch.n > STRATA_GPT_MAX_CHUNKS)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: %d pipeline chunks outside [1, %d]", ch.n,
+                        STRATA_GPT_MAX_CHUNKS);
+    for (int k = 0; k < ch.n; k++) {
+        int lo = k ? ch.end[k - 1] : 0;
+        if (ch.begin[k] < lo || ch.end[k] > L || ch.begin[k] >= ch.end[k])
+            return st_error(STRATA_ERR_INVALID_ARG, "model: pipeline chunk %d, layers [%d, %d), "
+                            "is not inside the model's %d layers after the chunk before it (a "
+                            "chunk holds at least one layer)", k, ch.begin[k], ch.end[k], L);
+    }
+    m->ch = ch;
+    m->blk = malloc((size_t)L * sizeof *m->blk);
+    if (!m->blk)
+        return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
+    for (int l = 0; l < L; l++)
+        m->blk[l] = -1;
+    m->nblocks = 0;
+    for (int k = 0; k < ch.n; k++)
+        for (int l = ch.begin[k]; l < ch.end[k]; l++)
+            m->blk[l] = m->nblocks++;
+    m->has_embed = ch.begin[0] == 0;
+    m->has_head = ch.end[ch.n - 1] == L;
     m->seg_block0 = m->has_embed ? 1 : 0;
     m->nseg = m->seg_block0 + m->nblocks + (m->has_head ? 1 : 0);
     m->seg_final = m->has_head ? m->nseg - 1 : -1;
@@ -425,9 +440,9 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     m->shard = *shard;
     m->shard.sp = shard->sp && shard->tp > 1;
     m->max_batch = max_batch;
-    strata_status_t rc = set_chunk(m);
+    strata_status_t rc = set_chunks(m);
     if (rc < 0) {
-        free(m);
+        strata_model_destroy(m);
         return rc;
     }
     int L = c.n_layer, tp = shard->tp;
@@ -501,10 +516,10 @@ size_t strata_model_slot_floats(const strata_gpt_t *m)
     return m->slot_floats;
 }
 
-/* The tensor table of one rank of a TP group of tp holding layers [b, e) (0, 0: all), without
+/* The tensor table of one rank of a TP group of tp holding `layers` (NULL: all), without
  * parameters or activations (its ops are never called). */
-static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, int b, int e,
-                                   strata_gpt_t **out)
+static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp,
+                                   const strata_gpt_layers_t *layers, strata_gpt_t **out)
 {
     *out = NULL;
     strata_gpt_config_t c = *cfg;
@@ -516,11 +531,11 @@ static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, int b
     m->cfg = c;
     m->shard = strata_gpt_shard_none();
     m->shard.tp = tp;
-    m->shard.layer_begin = b;
-    m->shard.layer_end = e;
-    strata_status_t rc = set_chunk(m);
+    if (layers)
+        m->shard.layers = *layers;
+    strata_status_t rc = set_chunks(m);
     if (rc < 0) {
-        free(m);
+        strata_model_destroy(m);
         return rc;
     }
     int maxt = 5 + 12 * c.n_layer;
@@ -537,22 +552,23 @@ static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp, int b
     return STRATA_OK;
 }
 
-size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp, int layer_begin,
-                                      int layer_end)
+size_t strata_gpt_config_part_nparams(const strata_gpt_config_t *cfg, int tp,
+                                      const strata_gpt_layers_t *layers)
 {
     strata_gpt_t *m = NULL;
-    if (layout_only(cfg, tp, layer_begin, layer_end, &m) < 0)
+    if (layout_only(cfg, tp, layers, &m) < 0)
         return 0;
     size_t P = m->P;
     strata_model_destroy(m);
     return P;
 }
 
-strata_status_t strata_gpt_arena_convert(const strata_gpt_config_t *cfg, int tp, int layer_begin,
-                                         int layer_end, float *whole, float *parts, bool to_parts)
+strata_status_t strata_gpt_arena_convert(const strata_gpt_config_t *cfg, int tp,
+                                         const strata_gpt_layers_t *layers, float *whole,
+                                         float *parts, bool to_parts)
 {
     strata_gpt_t *m = NULL;
-    ST_TRY(layout_only(cfg, tp, layer_begin, layer_end, &m));
+    ST_TRY(layout_only(cfg, tp, layers, &m));
     // Rank 0 last when gathering: its copy of a replicated tensor is the one that stays; a tied
     // copy of wte is never gathered (the embedding's chunk holds the tensor).
     for (int r = tp - 1; r >= 0; r--)
@@ -587,6 +603,7 @@ void strata_model_destroy(strata_gpt_t *m)
         free(m->slot[k].targets);
     }
     free(m->slot);
+    free(m->blk);
     free(m->tensors);
     free(m->names);
     free(m->seg_off);

@@ -27,6 +27,7 @@ typedef struct block_acts {
 
 /* One micro-batch's activations: a slot (pipeline chunks hold several). */
 typedef struct slot {
+    int chunk; /* the chunk its forward ran */
     int B, T;
     bool have_targets, logits_valid, wgt_pending;
     int32_t *tokens, *targets;
@@ -46,9 +47,11 @@ struct strata_gpt {
     char *names; /* storage of the tensor names */
     int nseg;
     size_t *seg_off, *seg_cnt;
-    int l0, l1, nblocks;     /* the blocks held: layers [l0, l1) */
+    strata_gpt_layers_t ch;  /* the chunks held (at least one) */
+    int *blk;                /* [n_layer] block l's index among the blocks held, or -1 */
+    int nblocks;
     bool has_embed, has_head;
-    int seg_block0, seg_final; /* segment of block l0; of the final norm (-1 when absent) */
+    int seg_block0, seg_final; /* segment of the first block held; of the final norm (-1: none) */
     block_layout_t bl;
     size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment (wte: the head's copy in the
                                     final segment when the embeddings are not held) */

@@ -74,7 +74,7 @@ static const char *const wgt_names[] = {"block1.wgt", "block2.wgt", "block3.wgt"
 /* Segment of global block l (held). */
 static int block_seg(const strata_gpt_t *m, int l)
 {
-    return m->seg_block0 + l - m->l0;
+    return m->seg_block0 + m->blk[l];
 }
 
 static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p,
@@ -125,12 +125,17 @@ static int head_seg(const strata_gpt_t *m)
     return m->has_embed ? 0 : m->seg_final;
 }
 
-strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int32_t *tokens,
-                                           const float *input, const int32_t *targets, int B, int T,
-                                           float *loss)
+strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
+                                           const int32_t *tokens, const float *input,
+                                           const int32_t *targets, int B, int T, float *loss)
 {
     const strata_gpt_config_t *c = &m->cfg;
     ST_TRY(check_slot(m, slot));
+    if (chunk < 0 || chunk >= m->ch.n)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: chunk %d outside the %d held", chunk,
+                        m->ch.n);
+    int l0 = m->ch.begin[chunk], l1 = m->ch.end[chunk];
+    bool embed = l0 == 0, head = l1 == c->n_layer;
     if (B < 1 || B > m->max_batch || T < 1 || T > c->max_seq)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "model: batch %d x %d outside the model's %d x %d", B, T, m->max_batch,
@@ -140,10 +145,11 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int3
         return st_error(STRATA_ERR_INVALID_ARG, "model: sequence parallelism over %d ranks needs "
                         "the batch's %d x %d tokens divisible by %d", m->shard.tp, B, T,
                         m->shard.tp);
-    if (m->has_embed ? !tokens : !input)
-        return st_error(STRATA_ERR_INVALID_ARG, "model: the chunk of layers [%d, %d) reads %s",
-                        m->l0, m->l1, m->has_embed ? "tokens" : "the previous chunk's activations");
+    if (embed ? !tokens : !input)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: the chunk of layers [%d, %d) reads %s", l0,
+                        l1, embed ? "tokens" : "the previous chunk's activations");
     slot_t *sl = &m->slot[slot];
+    sl->chunk = chunk;
     for (int i = 0; i < N; i++) {
         if (tokens && (tokens[i] < 0 || tokens[i] >= V))
             return st_error(STRATA_ERR_INVALID_ARG, "model: token %d at position %d outside "
@@ -162,7 +168,7 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int3
     sl->logits_valid = false;
     const float *p = NULL;
 
-    if (m->has_embed) {
+    if (embed) {
         strata_trace_begin("compute", "embed.fwd");
         WITH_SEG(m, 0, false, p,
                  st_tp_embed_forward(m, sl->encoded, sl->tokens, p + m->wte, p + m->wpe, B, T));
@@ -171,15 +177,15 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int3
         memcpy(sl->encoded, input, (size_t)R * C * sizeof(float));
     }
     const float *x = sl->encoded;
-    for (int l = m->l0; l < m->l1; l++) {
+    for (int l = l0; l < l1; l++) {
         const char *nm = NAMED(fwd_names, l, "block.fwd");
-        block_acts_t *a = &sl->ba[l - m->l0];
+        block_acts_t *a = &sl->ba[m->blk[l]];
         strata_trace_begin("compute", nm);
         WITH_SEG(m, block_seg(m, l), false, p, block_forward(m, a, p, x, B, T));
         strata_trace_end("compute", nm);
         x = a->res2;
     }
-    if (!m->has_head)
+    if (!head)
         return STRATA_OK;
     strata_trace_begin("compute", "head.fwd");
     WITH_SEG(m, m->seg_final, false, p, final_norm_forward(m, sl, p, x, R));
@@ -199,18 +205,20 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int slot, const int3
 
 const float *strata_model_chunk_output(const strata_gpt_t *m, int slot)
 {
-    if (slot < 0 || slot >= m->nslots || m->has_head)
+    if (slot < 0 || slot >= m->nslots)
         return NULL;
-    return m->slot[slot].ba[m->nblocks - 1].res2;
+    const slot_t *sl = &m->slot[slot];
+    int end = m->ch.end[sl->chunk];
+    return end == m->cfg.n_layer ? NULL : sl->ba[m->blk[end - 1]].res2;
 }
 
 strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *tokens, const int32_t *targets,
                                      int B, int T, float *loss)
 {
-    if (!m->has_embed || !m->has_head)
-        return st_error(STRATA_ERR_INVALID_ARG, "model: a pipeline chunk (layers [%d, %d)) runs "
-                        "strata_model_forward_chunk", m->l0, m->l1);
-    return strata_model_forward_chunk(m, 0, tokens, NULL, targets, B, T, loss);
+    if (m->ch.n != 1 || !m->has_embed || !m->has_head)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: a model of pipeline chunks runs "
+                        "strata_model_forward_chunk");
+    return strata_model_forward_chunk(m, 0, 0, tokens, NULL, targets, B, T, loss);
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */
@@ -287,8 +295,9 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
 {
     slot_t *sl = &m->slot[slot];
     int B = sl->B, T = sl->T, N = B * T, R = st_model_rows(m, N), C = m->cfg.d_model;
+    int l0 = m->ch.begin[sl->chunk], l1 = m->ch.end[sl->chunk];
     const float *p = NULL;
-    if (m->has_head) {
+    if (l1 == m->cfg.n_layer) {
         if (!sl->have_targets)
             return st_error(STRATA_ERR_INVALID_ARG,
                             "model: backward needs a forward pass with targets first");
@@ -299,7 +308,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
                          m->Vl, loss_scale / (float)N);
         WITH_SEG(m, head_seg(m), true, p, head_backward(m, sl, p, N));
         st_model_progress(m);
-        const float *xl = m->slot[slot].ba[m->nblocks - 1].res2;
+        const float *xl = sl->ba[m->blk[l1 - 1]].res2;
         WITH_SEG(m, m->seg_final, true, p, final_norm_backward(m, sl, p, xl, R));
         strata_trace_end("compute", "head.bwd");
         if (ready)
@@ -307,14 +316,14 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
     } else {
         if (!dout)
             return st_error(STRATA_ERR_INVALID_ARG, "model: the chunk of layers [%d, %d) needs "
-                            "its output's gradient", m->l0, m->l1);
+                            "its output's gradient", l0, l1);
         memcpy(m->dres, dout, (size_t)R * C * sizeof(float));
     }
-    for (int l = m->l1 - 1; l >= m->l0; l--) {
+    for (int l = l1 - 1; l >= l0; l--) {
         const char *nm = NAMED(bwd_names, l, "block.bwd");
-        int li = l - m->l0, seg = block_seg(m, l);
+        int li = m->blk[l], seg = block_seg(m, l);
         strata_trace_begin("compute", nm);
-        const float *x = li > 0 ? sl->ba[li - 1].res2 : sl->encoded;
+        const float *x = l > l0 ? sl->ba[li - 1].res2 : sl->encoded;
         WITH_SEG(m, seg, true, p,
                  block_backward(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
         strata_trace_end("compute", nm);
@@ -322,7 +331,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
             ST_TRY(grad_ready(m, seg));
     }
     sl->wgt_pending = m->shard.split_backward;
-    if (!m->has_embed)
+    if (l0 != 0)
         return STRATA_OK; // dres: the gradient of the chunk's input
     strata_trace_begin("compute", "embed.bwd");
     WITH_SEG(m, 0, true, p,
@@ -343,7 +352,7 @@ strata_status_t strata_model_backward_chunk(strata_gpt_t *m, int slot, const flo
 
 const float *strata_model_chunk_input_grad(const strata_gpt_t *m)
 {
-    return m->has_embed ? NULL : m->dres;
+    return m->dres; // after the first chunk's backward: the embedding's output gradient
 }
 
 strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
@@ -354,8 +363,8 @@ strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
         return st_error(STRATA_ERR_INVALID_ARG, "model: slot %d has no weight gradient pending "
                         "(split backward: after its backward, once)", slot);
     const float *p = NULL;
-    for (int l = m->l1 - 1; l >= m->l0; l--) {
-        int li = l - m->l0, seg = block_seg(m, l);
+    for (int l = m->ch.end[sl->chunk] - 1; l >= m->ch.begin[sl->chunk]; l--) {
+        int li = m->blk[l], seg = block_seg(m, l);
         const char *nm = NAMED(wgt_names, l, "block.wgt");
         strata_trace_begin("compute", nm);
         WITH_SEG(m, seg, true, p,
@@ -381,9 +390,9 @@ strata_status_t strata_model_grads_done(strata_gpt_t *m)
 
 strata_status_t strata_model_backward(strata_gpt_t *m)
 {
-    if (!m->has_embed || !m->has_head || m->shard.split_backward)
-        return st_error(STRATA_ERR_INVALID_ARG, "model: a pipeline chunk (layers [%d, %d)) or a "
-                        "split backward runs strata_model_backward_chunk", m->l0, m->l1);
+    if (m->ch.n != 1 || !m->has_embed || !m->has_head || m->shard.split_backward)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: a model of pipeline chunks or with a split "
+                        "backward runs strata_model_backward_chunk");
     // The kernels accumulate, so the arena is zeroed once here. Writing the first contribution with
     // beta = 0 instead would not save a pass: OpenBLAS implements beta = 0 as its own zeroing pass
     // over C before the kernel, and this memset (13 MB at the benchmark size) costs ~0.2 ms of a

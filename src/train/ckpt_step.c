@@ -561,7 +561,7 @@ static strata_status_t written_arena(const strata_gpt_t *m, const strata_ckpt_ma
     char have[1024], want[1024];
     strata_gpt_config_t mc;
     ST_TRY(strata_ckpt_manifest_model(mf, &mc));
-    size_t part = strata_gpt_config_part_nparams(&mc, mf->tp, 0, 0);
+    size_t part = strata_gpt_config_part_nparams(&mc, mf->tp, NULL);
     *P = part * (size_t)mf->tp;
     if (strata_gpt_config_to_json(&mc, have, sizeof have) < 0 ||
         strata_gpt_config_to_json(strata_model_config(m), want, sizeof want) < 0 ||
@@ -580,7 +580,7 @@ static strata_status_t to_whole(const strata_gpt_t *m, int tp, float **a)
     float *whole = malloc(strata_model_full_nparams(m) * sizeof(float));
     if (!whole)
         return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
-    strata_status_t rc = strata_gpt_arena_convert(strata_model_config(m), tp, 0, 0, whole, *a, false);
+    strata_status_t rc = strata_gpt_arena_convert(strata_model_config(m), tp, NULL, whole, *a, false);
     free(*a);
     *a = whole;
     return rc;

@@ -252,7 +252,7 @@ static strata_status_t take_part(strata_trainer_t *t, float **a)
     float *all = malloc(part * (size_t)t->tp * sizeof(float));
     if (!all)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
-    strata_status_t rc = strata_gpt_arena_convert(&t->cfg.model, t->tp, 0, 0, *a, all, true);
+    strata_status_t rc = strata_gpt_arena_convert(&t->cfg.model, t->tp, NULL, *a, all, true);
     if (rc == STRATA_OK) {
         memmove(all, all + (size_t)t->tp_rank * part, part * sizeof(float));
         free(*a);

@@ -7,7 +7,8 @@
  *   - the mean of the micro-batches' losses is the whole batch's loss (1e-6 relative);
  *   - every gradient, summed over the micro-batches (and, for wte, over the embedding and the
  *     head's copy), is the whole model's within 1e-5 of the tensor's largest.
- * Also the refusals: a chunk outside the layers, a slot out of range, a chunk fed the wrong input,
+ * And two chunks on one model (a stage of an interleaved or V schedule: the embeddings and the head
+ * on one model share wte). Also the refusals: a chunk outside the layers, a slot out of range, a chunk fed the wrong input,
  * weight gradients twice. */
 #include <math.h>
 #include <setjmp.h>
@@ -51,8 +52,7 @@ static void check_cut(const int *cut, int nchunks, bool split)
     assert_int_equal(strata_model_create(&c, B, 7, &whole), STRATA_OK);
     for (int k = 0; k < nchunks; k++) {
         strata_gpt_shard_t sh = strata_gpt_shard_none();
-        sh.layer_begin = k ? cut[k - 1] : 0;
-        sh.layer_end = cut[k];
+        sh.layers = (strata_gpt_layers_t){.n = 1, .begin = {k ? cut[k - 1] : 0}, .end = {cut[k]}};
         sh.slots = M;
         sh.split_backward = split;
         assert_int_equal(strata_model_create_shard(&c, &sh, B / M, 7, &ch[k]), STRATA_OK);
@@ -72,7 +72,7 @@ static void check_cut(const int *cut, int nchunks, bool split)
         float l = 0;
         for (int k = 0; k < nchunks; k++) {
             bool last = k == nchunks - 1;
-            assert_int_equal(strata_model_forward_chunk(ch[k], mb, k ? NULL : tok + mb * n, x,
+            assert_int_equal(strata_model_forward_chunk(ch[k], 0, mb, k ? NULL : tok + mb * n, x,
                                                         last ? tgt + mb * n : NULL, rows, T, &l),
                              STRATA_OK);
             x = last ? NULL : strata_model_chunk_output(ch[k], mb);
@@ -134,27 +134,91 @@ static void test_three_chunks(void **state)
     check_cut(cut, 3, true);
 }
 
+/* Two chunks on one model, as a stage of an interleaved or V schedule holds them: model A holds
+ * layers [0, 1) and [2, 3) (the embeddings and the head: one wte, no copy), model B layer 1. */
+static void test_two_chunks_one_model(void **state)
+{
+    (void)state;
+    strata_gpt_config_t c = config();
+    strata_gpt_t *whole = NULL, *a = NULL, *b = NULL;
+    assert_int_equal(strata_model_create(&c, B, 7, &whole), STRATA_OK);
+    strata_gpt_shard_t sa = strata_gpt_shard_none(), sb = strata_gpt_shard_none();
+    sa.layers = (strata_gpt_layers_t){.n = 2, .begin = {0, 2}, .end = {1, 3}};
+    sa.slots = 2 * M;
+    sb.layers = (strata_gpt_layers_t){.n = 1, .begin = {1}, .end = {2}};
+    sb.slots = M;
+    assert_int_equal(strata_model_create_shard(&c, &sa, B / M, 7, &a), STRATA_OK);
+    assert_int_equal(strata_model_create_shard(&c, &sb, B / M, 7, &b), STRATA_OK);
+    int32_t tok[B * T], tgt[B * T];
+    batch(tok, tgt);
+    float loss = 0, l = 0;
+    assert_int_equal(strata_model_forward(whole, tok, tgt, B, T, &loss), STRATA_OK);
+    assert_int_equal(strata_model_backward(whole), STRATA_OK);
+    strata_model_zero_grads(a);
+    strata_model_zero_grads(b);
+    int rows = B / M, n = rows * T;
+    double mean = 0;
+    for (int mb = 0; mb < M; mb++) { // slots of A: chunk 0 in mb, chunk 1 in M + mb
+        assert_int_equal(strata_model_forward_chunk(a, 0, mb, tok + mb * n, NULL, NULL, rows, T, NULL),
+                         STRATA_OK);
+        assert_int_equal(strata_model_forward_chunk(b, 0, mb, NULL, strata_model_chunk_output(a, mb),
+                                                    NULL, rows, T, NULL), STRATA_OK);
+        assert_int_equal(strata_model_forward_chunk(a, 1, M + mb, NULL,
+                                                    strata_model_chunk_output(b, mb), tgt + mb * n,
+                                                    rows, T, &l), STRATA_OK);
+        mean += l / M;
+    }
+    for (int mb = 0; mb < M; mb++) {
+        assert_int_equal(strata_model_backward_chunk(a, M + mb, NULL, 1.f / M), STRATA_OK);
+        assert_int_equal(strata_model_backward_chunk(b, mb, strata_model_chunk_input_grad(a),
+                                                     1.f / M), STRATA_OK);
+        assert_int_equal(strata_model_backward_chunk(a, mb, strata_model_chunk_input_grad(b),
+                                                     1.f / M), STRATA_OK);
+    }
+    assert_true(fabs(mean - loss) <= 1e-6 * fabs(loss));
+    const float *wg = strata_model_grad_arena(whole);
+    strata_gpt_t *parts[2] = {a, b};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < strata_model_ntensors(parts[k]); i++) {
+            const strata_tensor_info_t *t = strata_model_tensor(parts[k], i);
+            assert_false(t->tied_copy);
+            const float *g = strata_model_grad_arena(parts[k]) + t->offset;
+            float big = 0, worst = 0;
+            for (size_t e = 0; e < t->count; e++) {
+                big = fmaxf(big, fabsf(wg[t->full_offset + e]));
+                worst = fmaxf(worst, fabsf(g[e] - wg[t->full_offset + e]));
+            }
+            if (worst > 1e-5f * fmaxf(big, 1e-6f))
+                fail_msg("%s: gradient off by %g (largest %g)", t->name, (double)worst, (double)big);
+        }
+    strata_model_destroy(a);
+    strata_model_destroy(b);
+    strata_model_destroy(whole);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
     strata_gpt_config_t c = config();
     strata_gpt_shard_t sh = strata_gpt_shard_none();
     strata_gpt_t *m = NULL;
-    sh.layer_begin = 2;
-    sh.layer_end = 4;
+    sh.layers = (strata_gpt_layers_t){.n = 1, .begin = {2}, .end = {4}};
     assert_int_equal(strata_model_create_shard(&c, &sh, 1, 1, &m), STRATA_ERR_INVALID_ARG);
-    sh.layer_begin = 1;
-    sh.layer_end = 2;
+    sh.layers = (strata_gpt_layers_t){.n = 2, .begin = {1, 0}, .end = {2, 1}}; // out of order
+    assert_int_equal(strata_model_create_shard(&c, &sh, 1, 1, &m), STRATA_ERR_INVALID_ARG);
+    sh.layers = (strata_gpt_layers_t){.n = 1, .begin = {1}, .end = {2}};
     sh.slots = 2;
     assert_int_equal(strata_model_create_shard(&c, &sh, 1, 1, &m), STRATA_OK);
     int32_t tok[T] = {0};
     float x[T * 16] = {0};
-    assert_int_equal(strata_model_forward_chunk(m, 2, NULL, x, NULL, 1, T, NULL),
+    assert_int_equal(strata_model_forward_chunk(m, 0, 2, NULL, x, NULL, 1, T, NULL),
                      STRATA_ERR_INVALID_ARG); // slot 2 of 2
-    assert_int_equal(strata_model_forward_chunk(m, 0, tok, NULL, NULL, 1, T, NULL),
+    assert_int_equal(strata_model_forward_chunk(m, 1, 0, NULL, x, NULL, 1, T, NULL),
+                     STRATA_ERR_INVALID_ARG); // chunk 1 of 1
+    assert_int_equal(strata_model_forward_chunk(m, 0, 0, tok, NULL, NULL, 1, T, NULL),
                      STRATA_ERR_INVALID_ARG); // a middle chunk reads activations
     assert_int_equal(strata_model_forward(m, tok, tok, 1, T, NULL), STRATA_ERR_INVALID_ARG);
-    assert_int_equal(strata_model_forward_chunk(m, 1, NULL, x, NULL, 1, T, NULL), STRATA_OK);
+    assert_int_equal(strata_model_forward_chunk(m, 0, 1, NULL, x, NULL, 1, T, NULL), STRATA_OK);
     assert_int_equal(strata_model_backward_weights(m, 1), STRATA_ERR_INVALID_ARG); // not split
     strata_model_destroy(m);
 }
@@ -164,6 +228,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_chunks),
         cmocka_unit_test(test_three_chunks),
+        cmocka_unit_test(test_two_chunks_one_model),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
