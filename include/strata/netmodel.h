@@ -190,10 +190,10 @@ STRATA_API const char *strata_plan_kind_name(strata_plan_kind_t kind);
 
 /* Pipelining of the hierarchical plan: every block is cut into `segments` pieces, piece k
  * starting `k * stagger` slots after piece 0, so the levels of the fabric work at once. */
-typedef struct strata_pipeline {
+typedef struct strata_xfer_pipe {
     int segments; /* >= 1 */
     int stagger;  /* >= 1 */
-} strata_pipeline_t;
+} strata_xfer_pipe_t;
 
 /* Builds the plan of `kind` for `phase` on fabric `f`. Blocks are given as pieces: piece k of
  * block b is off[k * n + b], len[k * n + b] (elements), k < the pipeline's segments (one for the
@@ -204,7 +204,7 @@ typedef struct strata_pipeline {
  * STRATA_ERR_NO_MEMORY, STRATA_ERR_INVALID_ARG. The plan is freed with strata_xfer_plan_free. */
 STRATA_API strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kind_t kind,
                                                   strata_plan_phase_t phase, const size_t *off,
-                                                  const size_t *len, const strata_pipeline_t *pipe,
+                                                  const size_t *len, const strata_xfer_pipe_t *pipe,
                                                   int only_rank, strata_xfer_plan_t *out);
 STRATA_API void strata_xfer_plan_free(strata_xfer_plan_t *p);
 
@@ -215,7 +215,7 @@ STRATA_API void strata_xfer_plan_free(strata_xfer_plan_t *p);
  * strata_xfer_plan_build reads them (n * segments entries). An allreduce can use it directly;
  * reduce-scatter and allgather copy between it and the caller's layout. */
 STRATA_API strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_kind_t kind,
-                                                   const size_t *len, const strata_pipeline_t *pipe,
+                                                   const size_t *len, const strata_xfer_pipe_t *pipe,
                                                    size_t *off_out, size_t *len_out);
 
 /* Seconds for concurrent flows (src -> dst, bytes each) on `f`: each flow crosses its endpoints'
@@ -242,7 +242,7 @@ STRATA_API double strata_netmodel_plan_time(const strata_fabric_t *f, const stra
  * configuration. */
 STRATA_API double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
                                               strata_plan_kind_t kind, double bytes, size_t esize,
-                                              strata_pipeline_t *pipe);
+                                              strata_xfer_pipe_t *pipe);
 
 #ifdef __cplusplus
 }

@@ -607,6 +607,6 @@ double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t
     a.count = bytes / 4;
     a.registered = mem && a.direct_ok;
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
-    strata_pipeline_t pipe;
+    strata_xfer_pipe_t pipe;
     return al ? st_algo_cost(al, &a, bytes, &comm->link, &pipe) : -1;
 }

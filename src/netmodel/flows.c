@@ -373,7 +373,7 @@ double strata_netmodel_plan_time(const strata_fabric_t *f, const strata_xfer_pla
 
 double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
                                    strata_plan_kind_t kind, double bytes, size_t esize,
-                                   strata_pipeline_t *pipe)
+                                   strata_xfer_pipe_t *pipe)
 {
     static const strata_plan_phase_t phase_of[STRATA_COLL_COUNT] = {
         [STRATA_COLL_ALLREDUCE] = STRATA_PHASE_ALLREDUCE,
@@ -397,7 +397,7 @@ double strata_netmodel_fabric_cost(const strata_fabric_t *f, strata_coll_t coll,
     // The hierarchical plan is priced at every pipeline of the grid; the best one is its cost.
     for (int segs = 1; segs <= max_segs; segs *= 2)
         for (int stagger = 1; stagger <= (segs > 1 ? 4 : 1); stagger++) {
-            strata_pipeline_t pl = {segs, stagger};
+            strata_xfer_pipe_t pl = {segs, stagger};
             strata_xfer_plan_t p;
             if (strata_xfer_plan_layout(f, kind, blen, &pl, off, len) < 0 ||
                 strata_xfer_plan_build(f, kind, phase_of[coll], off, len, &pl, -1, &p) < 0)

@@ -311,7 +311,7 @@ double strata_price_table_choose(const strata_price_table_t *t, double bytes, un
 {
     memset(out, 0, sizeof *out);
     out->algo = STRATA_ALGO_COUNT;
-    out->pipe = (strata_pipeline_t){1, 1};
+    out->pipe = (strata_xfer_pipe_t){1, 1};
     out->top_level = t->top;
     if (t->top < 0) // one member: nothing moves
         return 0;

@@ -404,7 +404,7 @@ static void plan_order(const strata_fabric_t *f, strata_plan_kind_t kind, int *S
         strata_fabric_tree_order(f, S);
 }
 
-static int pipeline_segments(strata_plan_kind_t kind, const strata_pipeline_t *pipe)
+static int pipeline_segments(strata_plan_kind_t kind, const strata_xfer_pipe_t *pipe)
 {
     return pipe && kind == STRATA_PLAN_HIER ? pipe->segments : 1;
 }
@@ -418,7 +418,7 @@ static int *scratch_new(int n)
 }
 
 strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_kind_t kind,
-                                        const size_t *len, const strata_pipeline_t *pipe,
+                                        const size_t *len, const strata_xfer_pipe_t *pipe,
                                         size_t *off_out, size_t *len_out)
 {
     const int n = f->nranks, segments = pipeline_segments(kind, pipe);
@@ -457,7 +457,7 @@ strata_status_t strata_xfer_plan_layout(const strata_fabric_t *f, strata_plan_ki
 
 strata_status_t strata_xfer_plan_build(const strata_fabric_t *f, strata_plan_kind_t kind,
                                        strata_plan_phase_t phase, const size_t *off,
-                                       const size_t *len, const strata_pipeline_t *pipe,
+                                       const size_t *len, const strata_xfer_pipe_t *pipe,
                                        int only_rank, strata_xfer_plan_t *out)
 {
     memset(out, 0, sizeof *out);

@@ -52,7 +52,7 @@ typedef struct st_coll_args {
     st_win_t *win;          /* this process's window (direct algorithms) */
     bool direct_ok;         /* every rank is on this host and can reach its peers' memory */
     bool registered;        /* sendbuf and recvbuf are strata_mem_alloc memory */
-    strata_pipeline_t pipe; /* set by selection for the hierarchical plans */
+    strata_xfer_pipe_t pipe; /* set by selection for the hierarchical plans */
 } st_coll_args_t;
 
 typedef struct st_algo {
@@ -77,7 +77,7 @@ const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_li
 /* The price in seconds of `al` for the call (negative: it cannot be priced here), and the pipeline
  * it would run with. */
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
-                    const strata_link_t *link, strata_pipeline_t *pipe);
+                    const strata_link_t *link, strata_xfer_pipe_t *pipe);
 
 /* ---- pieces shared by several algorithms (ring.c) ----------------------------------------------- */
 

@@ -101,9 +101,9 @@ static const strata_price_table_t *table_for(const st_coll_args_t *a, const stra
 }
 
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
-                    const strata_link_t *link, strata_pipeline_t *pipe)
+                    const strata_link_t *link, strata_xfer_pipe_t *pipe)
 {
-    *pipe = (strata_pipeline_t){1, 1};
+    *pipe = (strata_xfer_pipe_t){1, 1};
     // Through cross-memory attach (buffers from malloc) every copy pins the peer's 4 KiB pages, and
     // the direct path only matches the rings (docs/comm.md); it is priced for strata_mem_alloc
     // memory only, where it is twice as fast. STRATA_COMM_ALGO can still force it.
@@ -122,7 +122,7 @@ const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_li
     const st_algo_t *f = forced(a);
     if (f) {
         if (st_algo_cost(f, a, bytes, link, &a->pipe) < 0)
-            a->pipe = (strata_pipeline_t){1, 1};
+            a->pipe = (strata_xfer_pipe_t){1, 1};
         return f;
     }
     pthread_once(&by_model_once, index_registry);
