@@ -139,7 +139,7 @@ STRATA_API void strata_price_shape_flat(int n, const strata_link_t *link, strata
 typedef struct strata_price_line {
     double alpha_s;
     double beta_s_per_b;
-    strata_pipeline_t pipe;
+    strata_xfer_pipe_t pipe;
 } strata_price_line_t;
 
 #define STRATA_PRICE_MAX_LINES  5  /* of one algorithm */
@@ -160,7 +160,7 @@ typedef struct strata_price_table {
 typedef struct strata_price {
     strata_algo_t algo;     /* STRATA_ALGO_COUNT when nothing moves (one member) */
     double seconds;
-    strata_pipeline_t pipe; /* segments and stagger the hierarchical algorithm runs with */
+    strata_xfer_pipe_t pipe; /* segments and stagger the hierarchical algorithm runs with */
     int top_level;          /* outermost level the group crosses, -1 for one member */
     double level_s[STRATA_TOPO_MAX_LEVELS]; /* seconds spent at each level (reductions count
                                                where their step meets); sum to seconds; filled

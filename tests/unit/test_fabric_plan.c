@@ -117,7 +117,7 @@ static void check_plan(const strata_fabric_t *f, strata_plan_kind_t kind, strata
                        size_t per_block_max, int segments, bool regular)
 {
     const int n = f->nranks;
-    strata_pipeline_t pipe = {segments, segments > 1 ? 2 : 1};
+    strata_xfer_pipe_t pipe = {segments, segments > 1 ? 2 : 1};
     const int K = kind == STRATA_PLAN_HIER ? segments : 1;
     size_t blen[64], off[64 * 4], len[64 * 4], count = 0;
     for (int b = 0; b < n; b++) // uneven blocks: 0, 1, odd sizes
@@ -355,7 +355,7 @@ static void test_model_orders_plans(void **state)
     strata_fabric_t f;
     assert_int_equal(strata_fabric_from_paths(&t, 8, paths, &f), STRATA_OK);
     double bytes = 64.0 * 1024 * 1024;
-    strata_pipeline_t pipe = {0, 0};
+    strata_xfer_pipe_t pipe = {0, 0};
     double oblivious =
         strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING, bytes, 4, NULL);
     double aware = strata_netmodel_fabric_cost(&f, STRATA_COLL_ALLREDUCE, STRATA_PLAN_RING_TREE,
