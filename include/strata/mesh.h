@@ -1,7 +1,7 @@
 /* The device mesh: a job of N ranks as a grid of named dimensions tp x cp x pp x dp (tensor,
- * context, pipeline and data parallelism), each dimension a sub-communicator, mapped onto the fabric
- * by the shared cost model. Part of parallel (src/parallel/mesh.c). docs/parallel.md, "The device
- * mesh", explains it for users.
+ * context, pipeline and data parallelism), each dimension a sub-communicator, mapped onto the
+ * fabric by the shared cost model. Part of parallel (src/parallel/mesh.c). docs/parallel.md, "The
+ * device mesh", explains it for users.
  *
  * Rank layout. An order o0 (innermost), o1, o2, o3 of the four dimensions numbers the ranks:
  *
@@ -40,7 +40,7 @@ extern "C" {
 
 typedef struct strata_mesh strata_mesh_t;
 
-/* ---- traffic: what each dimension's groups carry per training step ---------------------------- */
+/* ---- traffic: what each dimension's groups carry per training step --------------------------- */
 
 /* A further kind of call a dimension's groups make (e.g. the all-gather half of ZeRO-2). */
 typedef struct strata_mesh_call {
@@ -93,7 +93,7 @@ STRATA_API void strata_mesh_traffic_gpt(const strata_gpt_config_t *m, int rows, 
                                         const int size[STRATA_DIM_COUNT], bool sp, int zero,
                                         strata_mesh_traffic_t *out);
 
-/* ---- choosing the order (pure: no ranks) ------------------------------------------------------ */
+/* ---- choosing the order (pure: no ranks) ----------------------------------------------------- */
 
 /* The Llama 3 order: tp, cp, pp, dp. */
 STRATA_API void strata_mesh_default_order(strata_dim_t order[STRATA_DIM_COUNT]);
@@ -105,8 +105,8 @@ STRATA_API void strata_mesh_default_order(strata_dim_t order[STRATA_DIM_COUNT]);
  * strata_price_coll with the communicator's plain offer for collectives, strata_price_p2p for p2p)
  * at its calls x bytes; seconds[d] receives the slowest group's total, span[d] the outermost fabric
  * level its groups cross (strata_price_shape_t.top: 0 = inside one unit of level 0, a host; -1 for
- * a dimension of size 1). Either output may be NULL. `tr` may be NULL (no traffic). Cost: every rank
- * appears once per dimension, each group priced in O(n log n x levels). Errors:
+ * a dimension of size 1). Either output may be NULL. `tr` may be NULL (no traffic). Cost: every
+ * rank appears once per dimension, each group priced in O(n log n x levels). Errors:
  * STRATA_ERR_INVALID_ARG for a bad order, sizes that do not make f->nranks or a malformed traffic
  * (collective out of range, negative or non-finite bytes or calls), naming it; those of pricing. */
 STRATA_API strata_status_t strata_mesh_price_order(const strata_fabric_t *f,
@@ -139,7 +139,7 @@ STRATA_API strata_status_t strata_mesh_describe_order(const strata_fabric_t *f,
                                                       const strata_dim_t order[STRATA_DIM_COUNT],
                                                       FILE *out);
 
-/* ---- the mesh --------------------------------------------------------------------------------- */
+/* ---- the mesh -------------------------------------------------------------------------------- */
 
 typedef struct strata_mesh_config {
     int size[STRATA_DIM_COUNT];           /* tp, cp, pp, dp; a 0 for dp = the ranks left over */

@@ -2,12 +2,13 @@
  * the order the pricing module prefers for it on a fabric, and the sub-communicators of a job laid
  * out that way. The pricing is netmodel's (strata/price.h); this file only cuts the groups out of
  * the fabric and adds their prices up. What the engines do on the groups is theirs. */
+#include "strata/mesh.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
-#include "strata/mesh.h"
 #include "strata/price.h"
 
 #define D STRATA_DIM_COUNT
@@ -25,7 +26,7 @@ struct strata_mesh {
     strata_comm_t *comm[D], *dp_cp, *embed; /* owned */
 };
 
-/* ---- layout ------------------------------------------------------------------------------------ */
+/* ---- layout ---------------------------------------------------------------------------------- */
 
 void strata_mesh_default_order(strata_dim_t order[D])
 {
@@ -53,10 +54,12 @@ static strata_status_t resolve_sizes(const int in[D], int nranks, int out[D])
                             "mesh: %s %d: every dimension needs a size of at least 1 (dp 0: the "
                             "ranks left over)",
                             strata_dim_name((strata_dim_t)d), in[d]);
-    long long inner = st_mul_sat(st_mul_sat(in[STRATA_DIM_TP], in[STRATA_DIM_CP]), in[STRATA_DIM_PP]);
+    long long inner =
+        st_mul_sat(st_mul_sat(in[STRATA_DIM_TP], in[STRATA_DIM_CP]), in[STRATA_DIM_PP]);
     if (in[STRATA_DIM_DP] == 0) {
         if (nranks % inner != 0 || inner > nranks)
-            return st_error(STRATA_ERR_INVALID_ARG, "mesh: tp %d x cp %d x pp %d does not divide %d ranks",
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "mesh: tp %d x cp %d x pp %d does not divide %d ranks",
                             in[STRATA_DIM_TP], in[STRATA_DIM_CP], in[STRATA_DIM_PP], nranks);
         memcpy(out, in, D * sizeof *out);
         out[STRATA_DIM_DP] = (int)(nranks / inner);
@@ -104,7 +107,7 @@ static int coord_of(int rank, const int size[D], const int stride[D], strata_dim
     return rank / stride[d] % size[d];
 }
 
-/* ---- traffic ----------------------------------------------------------------------------------- */
+/* ---- traffic --------------------------------------------------------------------------------- */
 
 static void put(strata_mesh_traffic_t *t, strata_dim_t d, strata_coll_t coll, double bytes,
                 double calls)
@@ -206,7 +209,7 @@ static bool traffic_any(const strata_mesh_traffic_t *tr)
     return false;
 }
 
-/* ---- pricing ----------------------------------------------------------------------------------- */
+/* ---- pricing --------------------------------------------------------------------------------- */
 
 /* Seconds per step of dimension d's traffic on one of its groups. */
 static strata_status_t price_group(const strata_price_shape_t *s, const strata_mesh_traffic_t *tr,
@@ -274,11 +277,12 @@ static strata_status_t price_dim(const strata_fabric_t *f, const int size[D], co
 }
 
 strata_status_t strata_mesh_price_order(const strata_fabric_t *f, const int size[D],
-                                        const strata_mesh_traffic_t *tr, const strata_dim_t order[D],
-                                        double seconds[D], int span[D])
+                                        const strata_mesh_traffic_t *tr,
+                                        const strata_dim_t order[D], double seconds[D], int span[D])
 {
     if (!f || f->nranks < 1 || !size || !order)
-        return st_error(STRATA_ERR_INVALID_ARG, "mesh: price_order needs a fabric, sizes and an order");
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "mesh: price_order needs a fabric, sizes and an order");
     int sz[D], stride[D];
     ST_TRY(resolve_sizes(size, f->nranks, sz));
     ST_TRY(check_order(order));
@@ -387,7 +391,7 @@ strata_status_t strata_mesh_describe_order(const strata_fabric_t *f, const int s
     return STRATA_OK;
 }
 
-/* ---- the mesh ---------------------------------------------------------------------------------- */
+/* ---- the mesh -------------------------------------------------------------------------------- */
 
 /* Splits `world` by `color` (< 0: no group) and `key`; names the group in the error. */
 static strata_status_t split(strata_comm_t *world, int color, int key, const char *what,
@@ -415,7 +419,8 @@ strata_status_t strata_mesh_create(strata_comm_t *world, const strata_mesh_confi
     ST_TRY(check_traffic(&cfg->traffic));
     const strata_fabric_t *f = strata_comm_fabric(world);
     if (!f || f->nranks != n)
-        return st_error(STRATA_ERR_INTERNAL, "mesh: the world's fabric does not hold its %d ranks", n);
+        return st_error(STRATA_ERR_INTERNAL, "mesh: the world's fabric does not hold its %d ranks",
+                        n);
 
     strata_mesh_t *m = calloc(1, sizeof *m);
     if (!m)
@@ -436,7 +441,8 @@ strata_status_t strata_mesh_create(strata_comm_t *world, const strata_mesh_confi
         strata_mesh_default_order(m->order);
         m->how = ORDER_DEFAULT;
     }
-    ST_TRY_GOTO(strata_mesh_price_order(f, sz, &cfg->traffic, m->order, m->seconds, NULL), rc, fail);
+    ST_TRY_GOTO(strata_mesh_price_order(f, sz, &cfg->traffic, m->order, m->seconds, NULL), rc,
+                fail);
     strides(sz, m->order, m->stride);
     for (int d = 0; d < D; d++)
         m->coord[d] = coord_of(rank, sz, m->stride, (strata_dim_t)d);
@@ -527,7 +533,8 @@ void strata_mesh_describe(const strata_mesh_t *m, FILE *f)
 {
     if (!m || !f)
         return;
-    static const char *const how[] = {[ORDER_DEFAULT] = "default", [ORDER_GIVEN] = "given",
+    static const char *const how[] = {[ORDER_DEFAULT] = "default",
+                                      [ORDER_GIVEN] = "given",
                                       [ORDER_CHOSEN] = "chosen by the cost model"};
     fputs("mesh: ", f);
     if (strata_mesh_describe_order(strata_comm_fabric(m->world), m->size, &m->traffic, m->order,

@@ -181,7 +181,8 @@ static void test_forced_orders(void **state)
                 int d = 6 - a - b - c;
                 if (a == b || a == c || b == c || d == a || d == b || d == c)
                     continue;
-                strata_dim_t o[4] = {(strata_dim_t)a, (strata_dim_t)b, (strata_dim_t)c, (strata_dim_t)d};
+                strata_dim_t o[4] = {(strata_dim_t)a, (strata_dim_t)b, (strata_dim_t)c,
+                                     (strata_dim_t)d};
                 double s[4];
                 int span[4];
                 assert_int_equal(strata_mesh_price_order(&f, size, &tr, o, s, span), STRATA_OK);
@@ -268,8 +269,8 @@ static void test_refusals(void **state)
     double s[4];
     expect_refused(strata_mesh_choose_order(&f, (int[]){3, 1, 1, 0}, NULL, o, s),
                    "mesh: tp 3 x cp 1 x pp 1 does not divide 8 ranks", NULL);
-    expect_refused(strata_mesh_price_order(&f, (int[]){2, 1, 2, 4}, NULL, o, s, NULL),
-                   "dp 4", "does not make the job's 8 ranks");
+    expect_refused(strata_mesh_price_order(&f, (int[]){2, 1, 2, 4}, NULL, o, s, NULL), "dp 4",
+                   "does not make the job's 8 ranks");
     expect_refused(strata_mesh_price_order(&f, (int[]){2, 0, 1, 0}, NULL, o, s, NULL), "cp 0",
                    "at least 1");
     expect_refused(strata_mesh_price_order(&f, (int[]){2, 1, 1, -1}, NULL, o, s, NULL), "dp -1",
@@ -295,8 +296,8 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_traffic_gpt),       cmocka_unit_test(test_choose),
-        cmocka_unit_test(test_forced_orders),     cmocka_unit_test(test_tie_keeps_default),
+        cmocka_unit_test(test_traffic_gpt),   cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_forced_orders), cmocka_unit_test(test_tie_keeps_default),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
