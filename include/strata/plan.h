@@ -27,6 +27,7 @@
 #define STRATA_PLAN_H
 
 #include "strata/price.h"
+#include "strata/schedule.h"
 #include "strata/status.h"
 #include "strata/topo.h"
 
@@ -188,16 +189,8 @@ STRATA_API strata_status_t strata_accel_measure_cpu(int threads, strata_accel_t 
 /* ---- parallel configuration --------------------------------------------------------------------
  */
 
-typedef enum strata_schedule {
-    STRATA_SCHED_GPIPE = 0,   /* all forwards, then all backwards */
-    STRATA_SCHED_1F1B,        /* PipeDream-Flush */
-    STRATA_SCHED_INTERLEAVED, /* 1F1B over vp model chunks per device (Megatron-LM) */
-    STRATA_SCHED_ZB_H1,       /* zero-bubble H1: weight gradients fill the drain (Qi et al.) */
-    STRATA_SCHED_COUNT
-} strata_schedule_t;
-
 typedef struct strata_parallel {
-    int tp, cp, pp, vp, dp; /* vp: model chunks per device (1 unless interleaved) */
+    int tp, cp, pp, vp, dp; /* vp: model chunks per device (1; >= 2 interleaved; 2 zb-v) */
     int zero;               /* ZeRO stage 0..3 over the data(x context)-parallel group */
     int zero_secondary;     /* ZeRO-3 secondary partition (ZeRO++ hpZ): backward gathers stay in
                                groups of this many DP ranks; 1 = none */
@@ -207,15 +200,14 @@ typedef struct strata_parallel {
     bool zero_reduce_once;  /* ZeRO-2/3: gradients accumulate unsharded over the micro-batches and
                                are reduce-scattered once per step (FSDP no_sync), not per
                                micro-batch */
-    strata_schedule_t schedule;
+    strata_schedule_t schedule; /* strata/schedule.h: the trainer's own schedules */
     bool overlap[STRATA_DIM_COUNT];       /* communication of that dimension overlaps compute */
     strata_dim_t order[STRATA_DIM_COUNT]; /* mapping onto the fabric, innermost first */
 } strata_parallel_t;
 
 /* tp=cp=pp=vp=dp=1, ZeRO 1, 1F1B, overlap of DP and PP, order tp,cp,pp,dp. */
 STRATA_API strata_parallel_t strata_parallel_default(void);
-STRATA_API const char *strata_schedule_name(strata_schedule_t s);
-STRATA_API strata_status_t strata_schedule_parse(const char *s, strata_schedule_t *out);
+/* strata_schedule_name and strata_schedule_parse are in schedule.h. */
 /* strata_order_parse ("tp,cp,pp,dp", any permutation) is in netmodel.h. */
 /* Parses "none", "all" or a '+'/',' list of dims ("dp+pp"). */
 STRATA_API strata_status_t strata_overlap_parse(const char *s, bool overlap[STRATA_DIM_COUNT]);

@@ -19,7 +19,13 @@
  * received from chunk c-1's stage (a RECV_ACT earlier in the list; none when chunk c-1 is on the
  * same stage); BWD of (m, c) needs its FWD done and the output gradient: the loss (c = C-1) or the
  * gradient received from chunk c+1's stage (or computed locally); WGT of (m, c) needs its BWD. The
- * messages between two stages in one direction arrive in the order they were sent.
+ * messages between two stages in one direction arrive in the order they were sent: the channel from
+ * stage a to stage b carries activations and gradients alike, so its RECVs on b come in the order of
+ * its SENDs on a. Chunks that talk are always on neighbouring stages (s and s +- 1 mod P).
+ *
+ * Generated lists. Each SEND comes right after the action that produced its data; each RECV comes
+ * right before the action that needs it, preceded by the RECVs of any message its channel delivers
+ * first (those were sent earlier, so waiting for them costs nothing).
  *
  * Schedules (M micro-batches, P stages; bubble with equal forward and backward times):
  *   gpipe        every forward, then every backward                     (P-1)/(M+P-1)
@@ -31,7 +37,10 @@
  *   zb-h1        1F1B with the backward split: BWD = input gradient, WGT = weight gradient,
  *                deferred into the drain (Qi et al., zero bubble H1)     about 1/3 of 1F1B's, same
  *                                                                        activation memory
- *   zb-v         V-shaped, V = 2, backward split, WGT filling the bubbles (Qi et al., ZB-V)
+ *   zb-v         V-shaped, V = 2, backward split, WGT filling the bubbles (Qi et al., ZB-V; the
+ *                order of PyTorch's ScheduleZBVZeroBubble)                 below zb-h1's for M >= 2P,
+ *                                                                        same peak activation memory
+ *                                                                        as 1f1b (docs/pipeline.md)
  *
  * Thread-safety: every function reads only its arguments. Errors: status + strata_last_error(). */
 #ifndef STRATA_SCHEDULE_H
@@ -156,14 +165,31 @@ typedef struct strata_pp_timeline {
  * stage is free and its inputs have arrived (a RECV's data p2p_s after its SEND was posted). */
 STRATA_API strata_status_t strata_pp_simulate(const strata_pp_plan_t *p, const strata_pp_costs_t *c,
                                               strata_pp_timeline_t *out);
+/* Frees count, every spans[s], spans, busy_s, bubble and peak_act (each its own malloc'd block, or
+ * NULL: a measured timeline built by hand is freed the same way) and zeroes *t. */
 STRATA_API void strata_pp_timeline_free(strata_pp_timeline_t *t);
 
 /* The bubble of a schedule with every chunk's FWD taking 1, BWD b and WGT w (b + w = the whole
- * backward), no hop time: the mean idle share. For the planner's search; memoised per thread.
- * Errors as strata_pp_generate. */
+ * backward: a schedule that does not split it runs BWD in b + w), no hop time: the mean idle share,
+ * and in *peak_act (may be NULL) the peak activation memory of the stage holding the most, in
+ * activations of one (micro-batch, chunk) kept from its FWD to its WGT (act_bytes = wgt_bytes = 1).
+ * For the planner's search, which asks it hundreds of thousands of times: memoised per thread. It
+ * times the generator's own lists (compute actions; without hop time the sends and receives cost
+ * nothing) by their longest path, with two shortcuts that change no result: above 3P micro-batches
+ * it times M1 and M1 + P micro-batches (M1 = M mod P, plus 3P) and extends the difference to M (the
+ * steady state repeats every P micro-batches; the tests compare it with whole lists), and where
+ * the makespan is one linear function of (b, w) at the corners of a cell of (b, w) it is that
+ * function inside the cell (the makespan is a maximum of linear functions, hence convex).
+ * b and w >= 0. Errors as strata_pp_generate. */
 STRATA_API strata_status_t strata_pp_bubble(strata_schedule_t kind, int stages, int vstages,
                                             int micro, double b, double w, double *bubble,
                                             double *peak_act);
+
+/* The peak activation memory of stage `stage` (-1: of the stage holding the most) under the
+ * schedule, in the units of strata_pp_bubble's peak_act: it depends on the order of each stage's
+ * list alone. Memoised with strata_pp_bubble. Errors as strata_pp_generate; stage out of range. */
+STRATA_API strata_status_t strata_pp_peak_act(strata_schedule_t kind, int stages, int vstages,
+                                              int micro, int stage, double *peak_act);
 
 /* Draws a timeline as SVG (one row per stage, F/B/W coloured, idle time blank), or two (planned
  * above, measured below, on one time axis) when `second` is not NULL; titles name each. */
@@ -171,6 +197,24 @@ STRATA_API strata_status_t strata_pp_timeline_svg(const strata_pp_timeline_t *fi
                                                   const char *first_title,
                                                   const strata_pp_timeline_t *second,
                                                   const char *second_title, FILE *f);
+
+/* What a picture may carry besides its timelines (all optional: zero means none). */
+typedef struct strata_pp_svg_opts {
+    const char *title;      /* bold first line */
+    const char *subtitle;   /* second line */
+    double tail_s;          /* a block after each timeline's makespan on every stage: what follows
+                               the pipeline (the planner's data-parallel tail and optimizer) */
+    const char *tail_label; /* its name in the legend */
+    const char *const *notes; /* lines of text below the legend */
+    int nnotes;
+} strata_pp_svg_opts_t;
+
+/* strata_pp_timeline_svg with a title, a tail and notes (opts may be NULL). */
+STRATA_API strata_status_t strata_pp_timeline_svg_opts(const strata_pp_timeline_t *first,
+                                                       const char *first_title,
+                                                       const strata_pp_timeline_t *second,
+                                                       const char *second_title,
+                                                       const strata_pp_svg_opts_t *opts, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -88,7 +88,6 @@ strata_parallel_t strata_parallel_default(void)
 static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8"};
 static const char *const opt_names[] = {"adam", "adamw", "lamb"};
 static const char *const rc_names[] = {"none", "selective", "full"};
-static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 #define NAME_OR(arr, i) ((unsigned)(i) < sizeof arr / sizeof arr[0] ? arr[i] : "?")
 
@@ -103,10 +102,6 @@ const char *strata_optimizer_name(strata_optimizer_t o)
 const char *strata_recompute_name(strata_recompute_t r)
 {
     return NAME_OR(rc_names, r);
-}
-const char *strata_schedule_name(strata_schedule_t s)
-{
-    return NAME_OR(sched_names, s);
 }
 
 static strata_status_t parse_enum(const char *s, const char *const *names, int n, const char *what,
@@ -149,18 +144,6 @@ strata_status_t strata_recompute_parse(const char *s, strata_recompute_t *out)
     int v = 0;
     ST_TRY(parse_enum(s, rc_names, 3, "recompute", &v));
     *out = (strata_recompute_t)v;
-    return STRATA_OK;
-}
-
-strata_status_t strata_schedule_parse(const char *s, strata_schedule_t *out)
-{
-    int v = 0;
-    if (!strcmp(s, "zbh1") || !strcmp(s, "zero-bubble")) {
-        *out = STRATA_SCHED_ZB_H1;
-        return STRATA_OK;
-    }
-    ST_TRY(parse_enum(s, sched_names, STRATA_SCHED_COUNT, "schedule", &v));
-    *out = (strata_schedule_t)v;
     return STRATA_OK;
 }
 
@@ -336,7 +319,7 @@ int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t 
         return CK_CP_SEQ;
     if (par->pp > m->layers)
         return CK_PP_LAYERS;
-    if ((unsigned)par->schedule >= STRATA_SCHED_COUNT)
+    if ((unsigned)par->schedule >= STRATA_SCHED_COUNT || par->schedule == STRATA_SCHED_ZB_V)
         return CK_SCHED;
     if (par->schedule == STRATA_SCHED_INTERLEAVED ? (par->vp < 2 || par->pp < 2) : par->vp != 1)
         return CK_VP;
@@ -400,7 +383,8 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
     case CK_PP_LAYERS:
         return st_error(STRATA_ERR_INVALID_ARG, "expected pp=%d <= layers=%d", par->pp, m->layers);
     case CK_SCHED:
-        return st_error(STRATA_ERR_INVALID_ARG, "unknown pipeline schedule");
+        return st_error(STRATA_ERR_INVALID_ARG, "the planner does not price the %s schedule",
+                        strata_schedule_name(par->schedule));
     case CK_VP:
         if (par->schedule == STRATA_SCHED_INTERLEAVED && (par->vp < 2 || par->pp < 2))
             return st_error(STRATA_ERR_INVALID_ARG,
