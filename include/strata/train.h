@@ -15,6 +15,7 @@
 
 #include "strata/model.h"
 #include "strata/parallel.h"
+#include "strata/schedule.h"
 #include "strata/status.h"
 
 #include <signal.h>
@@ -130,10 +131,13 @@ STRATA_API const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i);
  * an older one, or one of another run is refused, naming the file. The manifest carries its own
  * sealed checksum ("manifest_crc32"). Resume and sample assemble the whole arena from the shards, so
  * a run may resume on a different rank count or ZeRO stage (a re-cut of the assembled arena).
- * Tensor parallelism: a run with TP groups of tp ranks writes, in every rank's ranges, offsets into
- * the tp ranks' parts laid one after another (rank 0's part first; strata_gpt_arena_tp_convert), and
- * the manifest records "tp"; assembling turns the parts back into the whole model's arena (every
- * tensor by name, strata_tensor_part_copy), so a run resumes at any TP, DP and ZeRO layout. */
+ * Tensor and pipeline parallelism: a run with TP groups of tp ranks and pp stages writes, in every
+ * rank's ranges, offsets into the parts of every (stage, TP rank) laid one after another (stage 0's
+ * TP ranks first, each part strata_gpt_config_part_nparams of its stage's chunks;
+ * strata_gpt_arena_convert), and the manifest records "tp", "pp" and every stage's chunks; assembling
+ * turns the parts back into the whole model's arena (every tensor by name, strata_tensor_part_copy;
+ * the last stage's copy of wte is not read: the first stage's wte is the tensor), so a run resumes
+ * at any TP, PP, DP and ZeRO layout. */
 
 typedef struct strata_ckpt_manifest {
     int64_t step;
@@ -141,6 +145,9 @@ typedef struct strata_ckpt_manifest {
     int nranks;
     int64_t nparams;               /* floats written: the whole arena, or tp * a TP part's */
     int tp;                        /* tensor-parallel group size (1; "tp" in the JSON) */
+    int pp;                        /* pipeline stages (1; "pp") */
+    strata_gpt_layers_t *stages;   /* [pp] the chunks of every stage ("stages": [[[b, e], ...],
+                                      ...]); NULL when pp is 1 (malloc'd by manifest_read) */
     uint64_t seed;
     char config[4096];             /* the training config (JSON text); its "model" builds the model */
     strata_ckpt_digest_t *shards;  /* nranks entries (malloc'd by manifest_read) */
@@ -253,6 +260,15 @@ typedef struct strata_train_config {
     bool sp;               /* sequence parallelism inside the TP group (off) */
     bool tp_overlap;       /* TP collectives cut in row blocks to overlap the products (on) */
     char order[32];        /* mesh order, innermost first ("tp,cp,pp,dp"); "" = the cost model's */
+    /* pipeline parallelism (strata/pipeline.h) */
+    int pp;                /* pipeline stages (1) */
+    int vp;                /* model chunks per stage (1; interleaved >= 2; zb-v 2) */
+    strata_schedule_t schedule; /* 1f1b */
+    int micro_batch;       /* rows per micro-batch (0: 1 row per micro-batch when pp > 1) */
+    char pp_layers[256];   /* layers per chunk, "3,3,2" (pp x vp entries); "" = balanced by the
+                              predicted compute of each chunk */
+    char pp_svg[1024];     /* the planned and measured pipeline timeline of trace_step as SVG ("" =
+                              none) */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -263,7 +279,7 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
  * "eval_batches", "val_fraction",
  * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
- * "tp_overlap"}.
+ * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
 
@@ -285,6 +301,8 @@ STRATA_API strata_status_t strata_trainer_create(const strata_train_config_t *cf
 STRATA_API void strata_trainer_destroy(strata_trainer_t *t);
 
 STRATA_API strata_gpt_t *strata_trainer_model(strata_trainer_t *t);
+/* The pipeline executor of a trainer distributed with pp > 1 (its bubbles, its bubble hook), or NULL. */
+STRATA_API struct strata_pipeline *strata_trainer_pipeline(strata_trainer_t *t);
 /* Steps done so far (the next step to run is this + 1). */
 STRATA_API int64_t strata_trainer_step_count(const strata_trainer_t *t);
 
@@ -340,6 +358,11 @@ typedef struct strata_step_info {
     /* tensor parallelism (tp > 1), this rank: its TP collectives' time in flight (start to
        completion, summed) and the time it waited for them; 1 - wait/flight of it was hidden */
     double tp_flight_s, tp_wait_s;
+    /* pipeline parallelism (pp > 1): the mean over the stages of the measured bubble fraction
+       (idle share of the step) and of the schedule's prediction from the measured durations; each
+       stage's in pp_bubble[] / pp_bubble_predicted[] (cfg.pp entries, valid until the next step) */
+    double pp_bubble_mean, pp_bubble_predicted_mean;
+    const double *pp_bubble, *pp_bubble_predicted;
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the

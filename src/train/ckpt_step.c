@@ -200,7 +200,9 @@ void strata_ckpt_manifest_free(strata_ckpt_manifest_t *m)
     if (!m)
         return;
     free(m->shards);
+    free(m->stages);
     m->shards = NULL;
+    m->stages = NULL;
 }
 
 static const char *base_name(const char *path)
@@ -230,6 +232,21 @@ strata_status_t st_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m,
     json_object_object_add(root, "nranks", json_object_new_int(m->nranks));
     json_object_object_add(root, "nparams", json_object_new_int64(m->nparams));
     json_object_object_add(root, "tp", json_object_new_int(m->tp > 1 ? m->tp : 1));
+    json_object_object_add(root, "pp", json_object_new_int(m->pp > 1 ? m->pp : 1));
+    if (m->pp > 1 && m->stages) {
+        json_object *st = json_object_new_array();
+        for (int s = 0; s < m->pp; s++) {
+            json_object *chunks = json_object_new_array();
+            for (int k = 0; k < m->stages[s].n; k++) {
+                json_object *r = json_object_new_array();
+                json_object_array_add(r, json_object_new_int(m->stages[s].begin[k]));
+                json_object_array_add(r, json_object_new_int(m->stages[s].end[k]));
+                json_object_array_add(chunks, r);
+            }
+            json_object_array_add(st, chunks);
+        }
+        json_object_object_add(root, "stages", st);
+    }
     snprintf(num, sizeof num, "%" PRIu64, m->seed);
     json_object_object_add(root, "seed", json_object_new_string(num));
     json_object_object_add(root, "config", json_object_new_string(m->config));
@@ -346,6 +363,44 @@ static strata_status_t parse_manifest(const char *dir, int64_t step, const char 
             BAD("checkpoint %s: manifest \"tp\" is not an integer in [1, 1024] dividing nranks %d",
                 path, m->nranks);
         m->tp = (int)v;
+    }
+    m->pp = 1;
+    m->stages = NULL;
+    if (json_object_object_get_ex(root, "pp", NULL)) {
+        if (!get_int(root, "pp", 1, 1024, &v) || m->nranks % (m->tp * v))
+            BAD("checkpoint %s: manifest \"pp\" is not an integer in [1, 1024] with tp x pp "
+                "dividing nranks %d", path, m->nranks);
+        m->pp = (int)v;
+    }
+    if (m->pp > 1) { // every stage's chunks: [[b, e], ...], ascending and disjoint (the model checks)
+        json_object *st;
+        if (!json_object_object_get_ex(root, "stages", &st) ||
+            !json_object_is_type(st, json_type_array) ||
+            json_object_array_length(st) != (size_t)m->pp)
+            BAD("checkpoint %s: manifest \"stages\" is not a list of %d stages", path, m->pp);
+        m->stages = calloc((size_t)m->pp, sizeof *m->stages);
+        if (!m->stages)
+            return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+        for (int i = 0; i < m->pp; i++) {
+            json_object *ch = json_object_array_get_idx(st, (size_t)i);
+            size_t n = json_object_is_type(ch, json_type_array) ? json_object_array_length(ch) : 0;
+            if (n < 1 || n > STRATA_GPT_MAX_CHUNKS)
+                BAD("checkpoint %s: manifest stage %d: expected 1 to %d chunks [begin, end]", path,
+                    i, STRATA_GPT_MAX_CHUNKS);
+            m->stages[i].n = (int)n;
+            for (size_t k = 0; k < n; k++) {
+                json_object *r = json_object_array_get_idx(ch, k), *b = NULL, *e = NULL;
+                if (json_object_is_type(r, json_type_array) && json_object_array_length(r) == 2) {
+                    b = json_object_array_get_idx(r, 0);
+                    e = json_object_array_get_idx(r, 1);
+                }
+                if (!json_object_is_type(b, json_type_int) || !json_object_is_type(e, json_type_int))
+                    BAD("checkpoint %s: manifest stage %d chunk %zu: expected [begin, end]", path,
+                        i, k);
+                m->stages[i].begin[k] = json_object_get_int(b);
+                m->stages[i].end[k] = json_object_get_int(e);
+            }
+        }
     }
     char *end;
     errno = 0;
@@ -554,33 +609,54 @@ static strata_status_t open_listed(const char *dir, const strata_ckpt_manifest_t
     return STRATA_OK;
 }
 
-/* The arena of step mf as written: the whole model's (tp 1) or the tp parts one after another. */
+/* The floats of (stage s, every TP rank) in step mf, or 0 when its chunks do not fit the model. */
+static size_t stage_floats(const strata_gpt_config_t *mc, const strata_ckpt_manifest_t *mf, int s)
+{
+    return strata_gpt_config_part_nparams(mc, mf->tp, mf->stages ? &mf->stages[s] : NULL) *
+           (size_t)mf->tp;
+}
+
+/* The arena of step mf as written: the whole model's (tp and pp 1) or the parts of every (stage, TP
+ * rank) one after another. */
 static strata_status_t written_arena(const strata_gpt_t *m, const strata_ckpt_manifest_t *mf,
                                      const char *dir, size_t *P)
 {
     char have[1024], want[1024];
     strata_gpt_config_t mc;
     ST_TRY(strata_ckpt_manifest_model(mf, &mc));
-    size_t part = strata_gpt_config_part_nparams(&mc, mf->tp, NULL);
-    *P = part * (size_t)mf->tp;
+    *P = 0;
+    bool fits = true;
+    for (int s = 0; s < mf->pp; s++) {
+        size_t n = stage_floats(&mc, mf, s);
+        fits &= n > 0;
+        *P += n;
+    }
     if (strata_gpt_config_to_json(&mc, have, sizeof have) < 0 ||
         strata_gpt_config_to_json(strata_model_config(m), want, sizeof want) < 0 ||
-        strcmp(have, want) != 0 || (size_t)mf->nparams != *P || part == 0)
+        strcmp(have, want) != 0 || (size_t)mf->nparams != *P || !fits)
         return st_error(STRATA_ERR_INVALID_ARG, "checkpoint step %" PRId64 " in %s holds the "
-                        "model %s (%" PRId64 " floats over TP %d), not this one, %s", mf->step, dir,
-                        have, mf->nparams, mf->tp, want);
+                        "model %s (%" PRId64 " floats over TP %d x PP %d), not this one, %s",
+                        mf->step, dir, have, mf->nparams, mf->tp, mf->pp, want);
     return STRATA_OK;
 }
 
-/* Turns the TP parts of a tensor-parallel step into the whole model's arena, in place of `*a`. */
-static strata_status_t to_whole(const strata_gpt_t *m, int tp, float **a)
+/* Turns the parts of a tensor- or pipeline-parallel step into the whole model's arena, in place of
+ * `*a`. */
+static strata_status_t to_whole(const strata_gpt_t *m, const strata_ckpt_manifest_t *mf, float **a)
 {
-    if (!*a || tp <= 1)
+    if (!*a || (mf->tp <= 1 && mf->pp <= 1))
         return STRATA_OK;
     float *whole = malloc(strata_model_full_nparams(m) * sizeof(float));
     if (!whole)
         return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
-    strata_status_t rc = strata_gpt_arena_convert(strata_model_config(m), tp, NULL, whole, *a, false);
+    const strata_gpt_config_t *mc = strata_model_config(m);
+    strata_status_t rc = STRATA_OK;
+    size_t at = 0;
+    for (int s = 0; s < mf->pp && rc == STRATA_OK; s++) {
+        const strata_gpt_layers_t *ly = mf->stages ? &mf->stages[s] : NULL;
+        rc = strata_gpt_arena_convert(mc, mf->tp, ly, whole, *a + at, false);
+        at += stage_floats(mc, mf, s);
+    }
     free(*a);
     *a = whole;
     return rc;
@@ -629,9 +705,9 @@ strata_status_t strata_ckpt_assemble(const strata_gpt_t *m, const char *dir, int
                           "files leave parameter %zu uncovered", step, dir, mf.nranks, k);
             goto out;
         }
-    ST_TRY_GOTO(to_whole(m, mf.tp, &out->params), rc, out);
-    ST_TRY_GOTO(to_whole(m, mf.tp, &out->m), rc, out);
-    ST_TRY_GOTO(to_whole(m, mf.tp, &out->v), rc, out);
+    ST_TRY_GOTO(to_whole(m, &mf, &out->params), rc, out);
+    ST_TRY_GOTO(to_whole(m, &mf, &out->m), rc, out);
+    ST_TRY_GOTO(to_whole(m, &mf, &out->v), rc, out);
     out->nparams = strata_model_full_nparams(m);
 out:
     strata_ckpt_close(ck);

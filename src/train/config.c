@@ -32,6 +32,9 @@ strata_train_config_t strata_train_config_default(void)
     c.straggler_window = 20;
     c.tp = 1;
     c.tp_overlap = true;
+    c.pp = 1;
+    c.vp = 1;
+    c.schedule = STRATA_SCHED_1F1B;
     c.progress = true;
     return c;
 }
@@ -46,7 +49,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
-        "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", NULL};
+        "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
+        "schedule", "micro_batch", "pp_layers", "pp_svg", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -102,6 +106,9 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("tiers", 0, 3, c->tiers);
     GET_I64("bucket", 0, 1 << 30, c->bucket);
     GET_I64("tp", 1, 1024, c->tp);
+    GET_I64("pp", 1, 1024, c->pp);
+    GET_I64("vp", 1, STRATA_GPT_MAX_CHUNKS, c->vp);
+    GET_I64("micro_batch", 0, 1 << 20, c->micro_batch);
 #undef GET_I64
 #undef GET_F
     ST_TRY_GOTO(st_json_get_string(&doc, r, "ckpt_dir", 0, false, c->ckpt_dir, sizeof c->ckpt_dir),
@@ -117,6 +124,17 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "sp", 0, false, &c->sp), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "tp_overlap", 0, false, &c->tp_overlap), rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "order", 0, false, c->order, sizeof c->order), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "pp_layers", 0, false, c->pp_layers,
+                                   sizeof c->pp_layers), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "pp_svg", 0, false, c->pp_svg, sizeof c->pp_svg), rc,
+                out);
+    s[0] = 0;
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "schedule", 0, false, s, sizeof s), rc, out);
+    if (s[0] && strata_schedule_parse(s, &c->schedule) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"schedule\": %s", path,
+                      st_json_key_line(&doc, "schedule", 0), strata_last_error());
+        goto out;
+    }
     strata_dim_t order[STRATA_DIM_COUNT];
     if (c->order[0] && strata_order_parse(c->order, order) < 0) {
         rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"order\": %s", path,
@@ -160,23 +178,27 @@ strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out
 int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_t size)
 {
     char model[1024], hpz[6 * sizeof c->hpz + 3], order[6 * sizeof c->order + 3];
+    char ppl[6 * sizeof c->pp_layers + 3];
     if (strata_gpt_config_to_json(&c->model, model, sizeof model) < 0)
         return -1;
     st_json_quote(c->hpz, hpz, sizeof hpz); // from a file or the command line: may hold a quote
     st_json_quote(c->order, order, sizeof order);
+    st_json_quote(c->pp_layers, ppl, sizeof ppl);
     int n = snprintf(buf, size,
                      "{\"model\":%s,\"batch\":%d,\"seq\":%d,\"steps\":%" PRId64 ",\"seed\":%" PRIu64
                      ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
                      ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
                      "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
                      "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"tp\":%d,\"sp\":%s,\"order\":%s,"
-                     "\"tp_overlap\":%s}",
+                     "\"tp_overlap\":%s,\"pp\":%d,\"vp\":%d,\"schedule\":\"%s\","
+                     "\"micro_batch\":%d,\"pp_layers\":%s}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
                      (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
                      (double)c->grad_clip, c->val_fraction, c->zero, hpz, c->tiers,
                      c->qwz ? "true" : "false", c->qgz ? "true" : "false", c->tp,
-                     c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false");
+                     c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false", c->pp,
+                     c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl);
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }

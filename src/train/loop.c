@@ -54,7 +54,7 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     t->cfg = *cfg;
     t->nranks = 1;
-    t->tp = t->dp = 1;
+    t->tp = t->dp = t->pp = 1;
     st_trainer_new_run_id(t->run_id);
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
@@ -101,8 +101,11 @@ void strata_trainer_destroy(strata_trainer_t *t)
     if (t->zero) // stages 1-2 leave the last step's all-gathers in flight; after an error: fails fast
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
+    strata_pipeline_destroy(t->pipe);
     strata_tp_group_destroy(t->tpg);
     strata_mesh_destroy(t->mesh);
+    free(t->stage_layers);
+    free(t->pp_bubbles);
     st_straggler_free(&t->strag);
     st_slowlink_free(&t->links);
     free(t->segs);
@@ -122,6 +125,11 @@ void strata_trainer_destroy(strata_trainer_t *t)
 strata_gpt_t *strata_trainer_model(strata_trainer_t *t)
 {
     return t->model;
+}
+
+strata_pipeline_t *strata_trainer_pipeline(strata_trainer_t *t)
+{
+    return t->pipe;
 }
 
 int64_t strata_trainer_step_count(const strata_trainer_t *t)
@@ -205,7 +213,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->nranks = N;
     t->dp = N;
     t->dp_rank = r;
-    if (t->cfg.tp > 1 || t->cfg.order[0])
+    if (t->cfg.tp > 1 || t->cfg.pp > 1 || t->cfg.order[0])
         ST_TRY(st_trainer_build_mesh(t, comm, &dp_comm));
     if (t->cfg.batch % t->dp != 0)
         return st_error(STRATA_ERR_INVALID_ARG, "train: the global batch of %d rows does not "
@@ -228,6 +236,8 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     strata_param_hooks_t ph = {h.ctx, h.acquire, h.release, h.grad_ready};
     strata_model_set_hooks(t->model, &ph);
     strata_model_set_progress(t->model, zero_progress_cb, t->zero);
+    if (t->pp > 1)
+        ST_TRY(st_trainer_pp_create(t));
     t->nranges = strata_zero_ranges(t->zero, t->ranges, S);
     t->state_count = strata_zero_state_count(t->zero);
     free(t->m);
@@ -373,19 +383,22 @@ static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
     const strata_train_config_t *c = &t->cfg;
     int rows = c->batch / t->dp;
     float loss = 0;
-    ST_TRY(strata_trainer_forward_backward(t, t->dp_rank * rows, rows, &loss));
+    if (t->pipe)
+        ST_TRY(st_trainer_pp_forward_backward(t, &loss));
+    else
+        ST_TRY(strata_trainer_forward_backward(t, t->dp_rank * rows, rows, &loss));
     if (t->sync)
         ST_TRY(t->sync(t->sync_ctx, t, &loss));
     const strata_zero_shard_t *sh;
     int ns;
     ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
     double red[2] = {loss, stop_requested(t) ? 1 : 0}, norm = 0;
-    ST_TRY(st_trainer_all_sum(t, red, 2)); // every TP rank of a group has the same loss
-    if (t->tp > 1) {
+    ST_TRY(st_trainer_all_sum(t, red, 2)); // every TP and PP rank of a pipeline has its loss
+    if (t->tp > 1 || t->pp > 1) {
         norm = st_trainer_tp_sumsq(t, sh, ns);
-        if (t->zcfg.stage > 0) // stage 0: every data-parallel rank holds every gradient
-            ST_TRY(strata_zero_allreduce_f64(t->zero, &norm, 1));
-        ST_TRY(st_trainer_tp_sum(t, &norm, 1));
+        ST_TRY(st_trainer_all_sum(t, &norm, 1));
+        if (t->zcfg.stage == 0) // every data-parallel rank holds every gradient
+            norm /= t->dp;
         norm = sqrt(norm);
     } else {
         ST_TRY(strata_zero_grad_norm(t->zero, &norm));
@@ -497,6 +510,11 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
         s.tp_flight_s = ts.flight_s;
         s.tp_wait_s = ts.wait_s;
     }
+    if (t->pipe) { // the picture at the traced step (or the last one without a trace step)
+        const strata_train_config_t *c = &t->cfg;
+        bool draw = c->pp_svg[0] && t->step == (c->trace_step <= c->steps ? c->trace_step : c->steps);
+        ST_TRY(st_trainer_pp_report(t, &s, draw ? c->pp_svg : NULL));
+    }
     s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
     if (t->zero) {
         ST_TRY(st_straggler_end(&t->strag, t->comm, s.seconds, all_sum_cb, t, t->rank,
@@ -525,9 +543,10 @@ static double eval_loss(strata_trainer_t *t)
     int rows = c->batch / t->dp; // distributed: this rank's rows, averaged below
     for (int e = 0; e < c->eval_batches; e++) {
         float l;
-        if (strata_data_batch(t->data, 1, c->seed, e, t->dp_rank * rows, rows, c->seq, t->tokens,
-                              t->targets) < 0 ||
-            strata_model_forward(t->model, t->tokens, t->targets, rows, c->seq, &l) < 0)
+        if (t->pipe ? st_trainer_pp_eval(t, e, &l) < 0
+                    : (strata_data_batch(t->data, 1, c->seed, e, t->dp_rank * rows, rows, c->seq,
+                                         t->tokens, t->targets) < 0 ||
+                       strata_model_forward(t->model, t->tokens, t->targets, rows, c->seq, &l) < 0))
             return NAN;
         sum += l;
     }
@@ -553,9 +572,13 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
         snprintf(link, sizeof link, "| slow link: rank %d -> %d (%.2f MB/s, others %.1f) ",
                  s->slow_link_from, s->slow_link_to, (double)s->slow_link_MBps,
                  (double)s->slow_link_median_MBps);
+    char bubble[64] = "";
+    if (t->pipe)
+        snprintf(bubble, sizeof bubble, "| bubble %.0f%% (schedule %.0f%%) ",
+                 100 * s->pp_bubble_mean, 100 * s->pp_bubble_predicted_mean);
     fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
-            "ETA %d:%02d:%02d %s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
-            mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, slow, link);
+            "ETA %d:%02d:%02d %s%s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
+            mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, bubble, slow, link);
     if (last)
         fputc('\n', stderr);
     fflush(stderr);
@@ -603,6 +626,16 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     if (t->tpg) {
         put_num(f, "tp_comm_s", s->tp_flight_s, 6, false);
         put_num(f, "tp_wait_s", s->tp_wait_s, 6, false);
+    }
+    if (t->pipe) { // every stage's bubble, measured and as the schedule predicts it
+        const char *key[2] = {"pp_bubble", "pp_bubble_predicted"};
+        const double *v[2] = {s->pp_bubble, s->pp_bubble_predicted};
+        for (int k = 0; k < 2; k++) {
+            fprintf(f, ",\"%s\":[", key[k]);
+            for (int i = 0; i < t->pp; i++)
+                fprintf(f, "%s%.4f", i ? "," : "", v[k][i]);
+            fputc(']', f);
+        }
     }
     if (s->slow_link_from >= 0) {
         fprintf(f, ",\"slow_link\":[%d,%d]", s->slow_link_from, s->slow_link_to);

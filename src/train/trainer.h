@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "strata/mesh.h"
+#include "strata/pipeline.h"
 #include "strata/train.h"
 #include "train/slowlink.h"
 #include "train/straggler.h"
@@ -42,6 +43,12 @@ struct strata_trainer {
     strata_tp_group_t *tpg;   /* the TP group's collectives (tp > 1) */
     strata_comm_t *tp_comm;   /* borrowed from the mesh */
     int tp, tp_rank, dp, dp_rank;
+    /* pipeline (pp > 1): this stage's executor, its comms, the cut of every stage */
+    strata_pipeline_t *pipe;
+    strata_comm_t *pp_comm, *embed_comm; /* borrowed from the mesh; embed_comm may be NULL */
+    int pp, pp_rank, micro, micro_rows;
+    strata_gpt_layers_t *stage_layers;   /* [pp] the chunks of every stage */
+    double *pp_bubbles;                  /* [2 pp] the last step's measured | predicted per stage */
     st_straggler_t strag; /* distributed: which rank the others wait for */
     st_slowlink_t links;  /* distributed: which link runs far below the others */
 };
@@ -75,6 +82,28 @@ strata_status_t st_trainer_tp_tensor_sums(strata_trainer_t *t, double *wsq, doub
 
 /* Sums n doubles over the TP group (nothing at tp 1). */
 strata_status_t st_trainer_tp_sum(strata_trainer_t *t, double *v, int n);
+
+/* ---- trainer_pp.c: pipeline parallelism ------------------------------------------------------------ */
+
+/* The chunks of every stage (t->stage_layers) from cfg.pp_layers or balanced by compute. */
+strata_status_t st_trainer_pp_cut(strata_trainer_t *t);
+
+/* Creates this stage's pipeline executor (the model made with the stage's chunks). */
+strata_status_t st_trainer_pp_create(strata_trainer_t *t);
+
+/* One step's forward and backward through the pipeline: the gradients accumulated over the
+ * micro-batches, tied over the embedding group, handed to the engine (grads_done); *loss: the mean
+ * loss of this data-parallel rank's rows, the same on every rank of the pipeline. */
+strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss);
+
+/* After a step: every stage's measured and predicted bubble fraction into t->pp_bubbles and s
+ * (collective over the pipeline); with `svg`, rank 0 also draws the step's planned and measured
+ * timelines there. */
+strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s, const char *svg);
+
+/* The mean loss of validation batch `batch_index` (this data-parallel rank's rows) through the
+ * pipeline's forwards, the same on every rank of the pipeline. */
+strata_status_t st_trainer_pp_eval(strata_trainer_t *t, int64_t batch_index, float *loss);
 
 /* A fresh run id (16 hex digits) from the system's entropy. */
 void st_trainer_new_run_id(char out[17]);

@@ -63,8 +63,11 @@ static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata
         free(names);
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
     }
-    // Offsets in the TP parts laid one after another (rank 0's part first): what assembling reads.
+    // Offsets in the parts of every (stage, TP rank) laid one after another: what assembling reads.
     size_t base = (size_t)t->tp_rank * strata_model_nparams(t->model);
+    for (int s = 0; s < t->pp_rank; s++)
+        base += strata_gpt_config_part_nparams(&t->cfg.model, t->tp, &t->stage_layers[s]) *
+                (size_t)t->tp;
     int64_t total = 0;
     for (int i = 0; i < nr; i++) {
         float *src[3] = {rg[i].params, t->m + rg[i].state_offset, t->v + rg[i].state_offset};
@@ -156,9 +159,13 @@ strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *ag
     // Rank 0 commits, then prunes: every shard of the step is known written.
     double ok = 0;
     if (r == 0) {
-        strata_ckpt_manifest_t m = {.step = t->step, .nranks = N, .tp = t->tp,
-                                    .nparams = (int64_t)strata_model_nparams(t->model) * t->tp,
-                                    .seed = t->cfg.seed};
+        strata_ckpt_manifest_t m = {.step = t->step, .nranks = N, .tp = t->tp, .pp = t->pp,
+                                    .stages = t->stage_layers, .seed = t->cfg.seed};
+        for (int s = 0; s < t->pp; s++)
+            m.nparams += (int64_t)(strata_gpt_config_part_nparams(
+                                       &t->cfg.model, t->tp,
+                                       t->stage_layers ? &t->stage_layers[s] : NULL) *
+                                   (size_t)t->tp);
         snprintf(m.run_id, sizeof m.run_id, "%s", t->run_id);
         strata_train_config_to_json(&t->cfg, m.config, sizeof m.config);
         m.shards = calloc((size_t)N, sizeof *m.shards);
@@ -246,13 +253,14 @@ out:
 /* Replaces a whole-model arena (full->nparams floats) by this rank's TP part of it. */
 static strata_status_t take_part(strata_trainer_t *t, float **a)
 {
-    if (!*a || t->tp <= 1)
+    if (!*a || (t->tp <= 1 && t->pp <= 1))
         return STRATA_OK;
     size_t part = strata_model_nparams(t->model);
     float *all = malloc(part * (size_t)t->tp * sizeof(float));
     if (!all)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
-    strata_status_t rc = strata_gpt_arena_convert(&t->cfg.model, t->tp, NULL, *a, all, true);
+    strata_status_t rc = strata_gpt_arena_convert(
+        &t->cfg.model, t->tp, t->stage_layers ? &t->stage_layers[t->pp_rank] : NULL, *a, all, true);
     if (rc == STRATA_OK) {
         memmove(all, all + (size_t)t->tp_rank * part, part * sizeof(float));
         free(*a);

@@ -1,6 +1,7 @@
-/* The trainer on a device mesh: the mesh over the world communicator, this rank's tensor-parallel
- * part of the model with the TP group's collectives, and the sums that must count a replicated
- * tensor once although every TP rank holds it (gradient norm, LAMB's per-tensor norms). */
+/* The trainer on a device mesh: the mesh over the world communicator, this rank's part of the model
+ * (its tensor-parallel cut, its pipeline stage's chunks) with the TP group's collectives, and the
+ * sums that must count a replicated tensor once although every TP rank holds it (gradient norm,
+ * LAMB's per-tensor norms) and a tied copy of wte not at all. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,17 +12,18 @@ strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
                                       strata_comm_t **dp_comm)
 {
     const strata_train_config_t *c = &t->cfg;
-    int N = strata_comm_size(comm), tp = c->tp;
+    int N = strata_comm_size(comm), tp = c->tp, pp = c->pp;
     if (tp > 1)
         ST_TRY(strata_gpt_config_check_tp(&c->model, tp));
     strata_mesh_config_t mc = strata_mesh_config_default();
     mc.size[STRATA_DIM_TP] = tp;
+    mc.size[STRATA_DIM_PP] = pp;
     mc.size[STRATA_DIM_DP] = 0;
     if (c->order[0]) {
         ST_TRY(strata_order_parse(c->order, mc.order));
         mc.order_given = true;
     }
-    int dp = N % tp == 0 ? N / tp : 1;
+    int dp = N % (tp * pp) == 0 ? N / (tp * pp) : 1;
     strata_mesh_traffic_gpt(&c->model, ST_MAX(c->batch / dp, 1), c->seq, mc.size, c->sp, c->zero,
                             &mc.traffic);
     ST_TRY(strata_mesh_create(comm, &mc, &t->mesh));
@@ -29,17 +31,43 @@ strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
         strata_mesh_describe(t->mesh, stderr);
     t->tp = strata_mesh_size(t->mesh, STRATA_DIM_TP);
     t->tp_rank = strata_mesh_coord(t->mesh, STRATA_DIM_TP);
+    t->pp = strata_mesh_size(t->mesh, STRATA_DIM_PP);
+    t->pp_rank = strata_mesh_coord(t->mesh, STRATA_DIM_PP);
     t->dp = strata_mesh_size(t->mesh, STRATA_DIM_DP);
     t->dp_rank = strata_mesh_coord(t->mesh, STRATA_DIM_DP);
     t->tp_comm = strata_mesh_comm(t->mesh, STRATA_DIM_TP);
+    t->pp_comm = strata_mesh_comm(t->mesh, STRATA_DIM_PP);
+    t->embed_comm = strata_mesh_embed_comm(t->mesh);
     *dp_comm = strata_mesh_dp_cp_comm(t->mesh);
-    if (t->tp == 1)
+    if (t->tp == 1 && t->pp == 1)
         return STRATA_OK;
-    ST_TRY(strata_tp_group_create(t->tp_comm, &t->tpg));
-    strata_gpt_shard_t sh = {.tp = t->tp, .tp_rank = t->tp_rank, .sp = c->sp,
-                             .chunks = c->tp_overlap ? 0 : 1, .ops = strata_tp_group_ops(t->tpg)};
+    strata_gpt_shard_t sh = strata_gpt_shard_none();
+    if (t->tp > 1) {
+        ST_TRY(strata_tp_group_create(t->tp_comm, &t->tpg));
+        sh = (strata_gpt_shard_t){.tp = t->tp, .tp_rank = t->tp_rank, .sp = c->sp,
+                                  .chunks = c->tp_overlap ? 0 : 1,
+                                  .ops = strata_tp_group_ops(t->tpg)};
+    }
+    int rows = c->batch / t->dp;
+    if (t->pp > 1) {
+        ST_TRY(st_trainer_pp_cut(t));
+        t->micro_rows = c->micro_batch > 0 ? c->micro_batch : 1;
+        if (c->batch % t->dp || rows % t->micro_rows)
+            return st_error(STRATA_ERR_INVALID_ARG, "train: the %d rows of a data-parallel rank "
+                            "(batch %d over %d) do not split into micro-batches of %d rows",
+                            rows, c->batch, t->dp, t->micro_rows);
+        t->micro = rows / t->micro_rows;
+        rows = t->micro_rows;
+        sh.layers = t->stage_layers[t->pp_rank];
+        sh.slots = c->vp * t->micro;
+        sh.split_backward = strata_schedule_splits_backward(c->schedule);
+        if (sh.slots > STRATA_GPT_MAX_SLOTS)
+            return st_error(STRATA_ERR_INVALID_ARG, "train: %d micro-batches x %d chunks per stage "
+                            "hold more than %d activation slots (use larger micro-batches)",
+                            t->micro, c->vp, STRATA_GPT_MAX_SLOTS);
+    }
     strata_gpt_t *m = NULL;
-    ST_TRY(strata_model_create_shard(&c->model, &sh, c->batch, c->seed, &m));
+    ST_TRY(strata_model_create_shard(&c->model, &sh, ST_MAX(rows, 1), c->seed, &m));
     strata_model_destroy(t->model); // the whole model built by create: this rank's part replaces it
     t->model = m;
     return STRATA_OK;
@@ -57,7 +85,7 @@ double st_trainer_tp_sumsq(const strata_trainer_t *t, const strata_zero_shard_t 
             if (tb >= te)
                 continue;
             double part = strata_sumsq(sh[i].grads + (tb - b), te - tb);
-            ss += ti->split_dim < 0 ? part / t->tp : part;
+            ss += ti->tied_copy ? 0 : ti->split_dim < 0 ? part / t->tp : part;
         }
     }
     return ss;

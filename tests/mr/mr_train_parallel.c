@@ -1,6 +1,7 @@
-/* Tensor parallelism in the trainer, multi-rank: every layout of TP (1, 2, 4), with and without
- * sequence parallelism, times data parallelism with ZeRO stages 0-3 that fits 8 ranks trains 20
- * steps of the same global batch as the one-process run, and
+/* Tensor and pipeline parallelism in the trainer, multi-rank: every layout of TP (1, 2, 4), with and
+ * without sequence parallelism, times data parallelism with ZeRO stages 0-3 that fits 8 ranks, and
+ * pipelines of 2 and 4 stages with every schedule (gpipe, 1f1b, interleaved, zb-h1, zb-v) times TP
+ * and DP, trains 20 steps of the same global batch as the one-process run, and
  *   - the loss of every step matches the one-process run's within 1e-4;
  *   - every parameter after 20 steps, assembled from the run's final sharded checkpoint into the
  *     whole model, matches within 2e-4 * max(1, |p|) (AdamW divides each update by the running RMS of
@@ -12,20 +13,26 @@
  *     ZeRO stage) reproduces the uninterrupted run's losses of steps 11-20 and its parameters.
  * Plus LAMB under TP (its per-tensor norms count a replicated tensor once), and the refusals. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "harness/st_test.h"
+#include "strata/pipeline.h"
 #include "strata/train.h"
 
 #define STEPS 20
+#define ST_PP(x) ((x) > 0 ? (x) : 1)
 
 typedef struct layout {
     int n, tp, zero;
     bool sp, lamb;
     int resume_n, resume_tp, resume_zero; /* resume_n 0: no resume */
+    int pp, vp, resume_pp;                /* 0: 1 */
+    strata_schedule_t schedule;
+    int layers;                           /* 0: 2 */
 } layout_t;
 
 typedef struct ctx {
@@ -40,13 +47,13 @@ typedef struct ctx {
 
 static char data_path[256];
 
-static strata_train_config_t config(bool lamb)
+static strata_train_config_t config(bool lamb, int layers)
 {
     strata_train_config_t c = strata_train_config_default();
     c.model = strata_gpt_config_default();
     c.model.vocab = 256;
     c.model.max_seq = 16;
-    c.model.n_layer = 2;
+    c.model.n_layer = layers ? layers : 2;
     c.model.n_head = 4;
     c.model.d_model = 32;
     snprintf(c.data, sizeof c.data, "%s", data_path);
@@ -86,8 +93,11 @@ static int run_layout(int rank, int n, void *arg)
 {
     ctx_t *x = arg;
     const layout_t *l = x->lay;
-    strata_train_config_t c = config(l->lamb);
+    strata_train_config_t c = config(l->lamb, l->layers);
     c.tp = x->resuming ? l->resume_tp : l->tp;
+    c.pp = ST_PP(x->resuming ? l->resume_pp : l->pp);
+    c.vp = c.pp > 1 && l->vp ? l->vp : 1;
+    c.schedule = l->schedule;
     c.zero = x->resuming ? l->resume_zero : l->zero;
     c.sp = l->sp && c.tp > 1;
     snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", x->dir);
@@ -141,9 +151,9 @@ static int run_layout(int rank, int n, void *arg)
 }
 
 /* The one-process run: losses of every step and the final parameters. */
-static void reference(bool lamb, float *losses, float **params, float **init, size_t *P)
+static void reference(bool lamb, int layers, float *losses, float **params, float **init, size_t *P)
 {
-    strata_train_config_t c = config(lamb);
+    strata_train_config_t c = config(lamb, layers);
     strata_trainer_t *t = NULL;
     assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
     strata_gpt_t *m = strata_trainer_model(t);
@@ -161,18 +171,20 @@ static void check(const layout_t *ls, size_t count, bool lamb)
     float losses[STEPS];
     float *params = NULL, *init = NULL;
     size_t P = 0;
-    reference(lamb, losses, &params, &init, &P);
+    reference(lamb, ls[0].layers, losses, &params, &init, &P);
     for (size_t i = 0; i < count; i++) {
         const layout_t *l = &ls[i];
         ctx_t x = {.lay = l, .ref_losses = losses, .ref_params = params, .init_params = init,
                    .P = P};
         snprintf(x.dir, sizeof x.dir, "/tmp/mr_train_tp.XXXXXX");
         assert_non_null(mkdtemp(x.dir));
-        fprintf(stderr, "%d ranks: tp %d%s, zero %d%s", l->n, l->tp, l->sp ? " sp" : "", l->zero,
-                lamb ? ", lamb" : "");
+        fprintf(stderr, "%d ranks: tp %d%s, pp %d", l->n, l->tp, l->sp ? " sp" : "", ST_PP(l->pp));
+        if (ST_PP(l->pp) > 1)
+            fprintf(stderr, " %s (vp %d)", strata_schedule_name(l->schedule), l->vp ? l->vp : 1);
+        fprintf(stderr, ", zero %d%s", l->zero, lamb ? ", lamb" : "");
         if (l->resume_n)
-            fprintf(stderr, " -> resumed on %d ranks: tp %d, zero %d", l->resume_n, l->resume_tp,
-                    l->resume_zero);
+            fprintf(stderr, " -> resumed on %d ranks: tp %d, pp %d, zero %d", l->resume_n,
+                    l->resume_tp, ST_PP(l->resume_pp), l->resume_zero);
         fputc('\n', stderr);
         assert_int_equal(st_test_ranks(l->n, run_layout, &x, NULL), 0);
         if (l->resume_n) {
@@ -191,10 +203,10 @@ static void test_layouts_2_4(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {2, 2, 0, false, false, 0, 0, 0}, {2, 2, 1, true, false, 0, 0, 0},
-        {4, 4, 0, false, false, 0, 0, 0}, {4, 4, 2, true, false, 0, 0, 0},
-        {4, 2, 0, true, false, 0, 0, 0},  {4, 2, 1, false, false, 0, 0, 0},
-        {4, 2, 2, false, false, 0, 0, 0}, {4, 2, 3, true, false, 0, 0, 0},
+        {2, 2, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {2, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {4, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {4, 2, 0, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  {4, 2, 1, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {4, 2, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 2, 3, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -203,8 +215,8 @@ static void test_layouts_8(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {8, 2, 3, false, false, 0, 0, 0}, {8, 4, 2, true, false, 0, 0, 0},
-        {8, 2, 1, true, false, 0, 0, 0},  {8, 4, 0, false, false, 0, 0, 0},
+        {8, 2, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {8, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {8, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  {8, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -212,7 +224,7 @@ static void test_layouts_8(void **state)
 static void test_lamb(void **state)
 {
     (void)state;
-    const layout_t ls[] = {{4, 2, 1, true, true, 0, 0, 0}, {4, 4, 0, false, true, 0, 0, 0}};
+    const layout_t ls[] = {{4, 2, 1, true, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 4, 0, false, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}};
     check(ls, sizeof ls / sizeof ls[0], true);
 }
 
@@ -220,18 +232,99 @@ static void test_resume_across_tp(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {4, 2, 1, false, false, 4, 4, 0}, // TP 2 x DP 2, ZeRO-1 -> TP 4, ZeRO-0
-        {4, 4, 0, true, false, 4, 1, 3},  // TP 4 (SP) -> DP 4, ZeRO-3
-        {2, 1, 2, false, false, 4, 2, 2}, // DP 2 -> TP 2 x DP 2
+        {4, 2, 1, false, false, 4, 4, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, // TP 2 x DP 2, ZeRO-1 -> TP 4, ZeRO-0
+        {4, 4, 0, true, false, 4, 1, 3, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  // TP 4 (SP) -> DP 4, ZeRO-3
+        {2, 1, 2, false, false, 4, 2, 2, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, // DP 2 -> TP 2 x DP 2
     };
     check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+/* Pipelines of a 4-layer model: every schedule, with TP and DP. */
+#define PPL(n, tp, pp, vp, sched, zero) {n, tp, zero, false, false, 0, 0, 0, pp, vp, 0, sched, 4}
+
+static void test_pipeline_2(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        PPL(2, 1, 2, 1, STRATA_SCHED_GPIPE, 0),       PPL(2, 1, 2, 1, STRATA_SCHED_1F1B, 0),
+        PPL(2, 1, 2, 2, STRATA_SCHED_INTERLEAVED, 0), PPL(2, 1, 2, 1, STRATA_SCHED_ZB_H1, 0),
+        PPL(2, 1, 2, 2, STRATA_SCHED_ZB_V, 0),
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static void test_pipeline_3d(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        PPL(4, 1, 2, 1, STRATA_SCHED_1F1B, 1),        PPL(4, 2, 2, 1, STRATA_SCHED_ZB_H1, 0),
+        PPL(4, 1, 4, 1, STRATA_SCHED_1F1B, 0),        PPL(8, 2, 2, 1, STRATA_SCHED_1F1B, 1),
+        PPL(8, 2, 2, 2, STRATA_SCHED_INTERLEAVED, 0), PPL(8, 1, 4, 1, STRATA_SCHED_ZB_H1, 1),
+        PPL(8, 2, 2, 2, STRATA_SCHED_ZB_V, 1),        PPL(8, 1, 2, 1, STRATA_SCHED_GPIPE, 0),
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+/* A rank dies in its first bubble of step 3 (while waiting for a neighbour): every other rank's step
+ * fails with the communicator's error naming it, within the timeout, and nothing hangs. */
+#define VICTIM 2
+
+static void die_in_bubble(void *ctx, const strata_pp_bubble_t *b)
+{
+    (void)b;
+    if (*(const int64_t *)ctx == 3)
+        raise(SIGKILL);
+}
+
+static int kill_mid_pipeline(int rank, int n, void *arg)
+{
+    (void)n;
+    const layout_t *l = arg;
+    strata_train_config_t c = config(false, l->layers);
+    c.tp = l->tp;
+    c.pp = l->pp;
+    c.schedule = l->schedule;
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = NULL;
+    ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
+    strata_zero_config_t zc = strata_zero_config_default();
+    ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
+    int64_t step = 0;
+    if (rank == VICTIM)
+        strata_pipeline_set_bubble_hook(strata_trainer_pipeline(t), die_in_bubble, &step);
+    for (step = 1; step <= STEPS; step++) {
+        strata_step_info_t info;
+        strata_status_t rc = strata_trainer_step(t, &info);
+        if (rc == STRATA_OK)
+            continue;
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", VICTIM);
+        if (step != 3 || (rc != STRATA_ERR_PEER_FAILED && rc != STRATA_ERR_TIMEOUT) ||
+            !strstr(strata_last_error(), want))
+            return ST_RANK_FAIL("step %lld: %s: %s (want rank %d named at step 3)",
+                                (long long)step, strata_status_name(rc), strata_last_error(),
+                                VICTIM);
+        strata_trainer_destroy(t);
+        strata_comm_destroy(comm);
+        return 0;
+    }
+    return ST_RANK_FAIL("the death of rank %d went unnoticed", VICTIM);
+}
+
+static void test_pipeline_kill(void **state)
+{
+    (void)state;
+    const layout_t l = PPL(4, 1, 4, 1, STRATA_SCHED_1F1B, 0);
+    st_ranks_opts_t o = {.deadline_ms = 120000, .expect_fail_rank = VICTIM,
+                         .extra_env = "STRATA_COMM_TIMEOUT_MS=20000"};
+    assert_int_equal(st_test_ranks(l.n, kill_mid_pipeline, (void *)&l, &o), 0);
 }
 
 static int refuse(int rank, int n, void *arg)
 {
     (void)rank, (void)n;
     const char *want = arg;
-    strata_train_config_t c = config(false);
+    strata_train_config_t c = config(false, 0);
     c.tp = strcmp(want, "heads") == 0 ? 8 : 2;
     if (strcmp(want, "vocab") == 0) {
         c.tp = 2;
@@ -286,6 +379,9 @@ int main(void)
         cmocka_unit_test(test_layouts_8),
         cmocka_unit_test(test_lamb),
         cmocka_unit_test(test_resume_across_tp),
+        cmocka_unit_test(test_pipeline_2),
+        cmocka_unit_test(test_pipeline_3d),
+        cmocka_unit_test(test_pipeline_kill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,6 +46,12 @@ static void usage(FILE *f)
             "  --sp               sequence parallelism inside the TP group\n"
             "  --order tp,cp,pp,dp   mesh order, innermost first [chosen by the cost model]\n"
             "  --no-tp-overlap    TP collectives in one piece (no overlap with the products)\n"
+            "  --pp N             pipeline parallelism over N stages (layers cut by compute)\n"
+            "  --vp V             model chunks per stage (interleaved: 2+, zb-v: 2) [1]\n"
+            "  --schedule S       gpipe, 1f1b, interleaved, zb-h1, zb-v [1f1b]\n"
+            "  --micro-batch R    rows per micro-batch [1]\n"
+            "  --pp-layers 3,3,2  layers per chunk (stages x chunks entries) [balanced]\n"
+            "  --pp-svg FILE      the planned and measured pipeline timeline of --trace-step\n"
             "  --straggler-window N   steps per straggler and slow-link window; a rank 20%%\n"
             "                     busier than the others, or a TCP link 8x slower than the\n"
             "                     others, in 3 windows in a row is flagged [20; 0 = off]\n");
@@ -182,7 +188,7 @@ int cmd_train(int argc, char **argv)
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -198,7 +204,9 @@ int cmd_train(int argc, char **argv)
         {"nonfinite", 1, 0, O_NONFINITE}, {"mem-ckpt-dir", 1, 0, O_MEMDIR},
         {"mem-ckpt-every", 1, 0, O_MEMEVERY}, {"straggler-window", 1, 0, O_STRAGGLER},
         {"tp", 1, 0, O_TP},             {"sp", 0, 0, O_SP},           {"order", 1, 0, O_ORDER},
-        {"no-tp-overlap", 0, 0, O_NOOVERLAP},
+        {"no-tp-overlap", 0, 0, O_NOOVERLAP}, {"pp", 1, 0, O_PP},         {"vp", 1, 0, O_VP},
+        {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
+        {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -272,6 +280,15 @@ int cmd_train(int argc, char **argv)
         case O_TP: INT(1, 1024, cfg.tp); break;
         case O_SP: cfg.sp = true; break;
         case O_NOOVERLAP: cfg.tp_overlap = false; break;
+        case O_PP: INT(1, 1024, cfg.pp); break;
+        case O_VP: INT(1, 8, cfg.vp); break;
+        case O_MICRO: INT(1, 1 << 20, cfg.micro_batch); break;
+        case O_PPLAYERS: snprintf(cfg.pp_layers, sizeof cfg.pp_layers, "%s", optarg); break;
+        case O_PPSVG: snprintf(cfg.pp_svg, sizeof cfg.pp_svg, "%s", optarg); break;
+        case O_SCHEDULE:
+            if (strata_schedule_parse(optarg, &cfg.schedule) < 0)
+                return cmd_fail(NULL, "--schedule: %s", strata_last_error());
+            break;
         case O_ORDER: {
             strata_dim_t order[STRATA_DIM_COUNT];
             if (strata_order_parse(optarg, order) < 0)
@@ -337,6 +354,10 @@ int cmd_train(int argc, char **argv)
                   cfg.order[0]))
         fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz/--sp/--order "
                 "have no effect (run under strata launch -n N)\n");
+    if (!comm && cfg.pp > 1)
+        return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
+                        "launch -n 2 -- strata train --pp 2", "--pp %d needs %d ranks or more, "
+                        "this is one process", cfg.pp, cfg.pp);
     if (!comm && cfg.tp > 1)
         return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
                         "launch -n 2 -- strata train --tp 2", "--tp %d needs %d ranks or more, "
@@ -358,9 +379,11 @@ int cmd_train(int argc, char **argv)
                 "steps", strata_model_full_nparams(m), cfg.model.n_layer, cfg.model.d_model,
                 cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps);
         if (comm)
-            fprintf(stderr, ", %d ranks%s%.0d%s, ZeRO-%d%s%s%s%s%s", strata_comm_size(comm),
-                    cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,
-                    cfg.tp > 1 ? (cfg.sp ? " with SP" : "") : "", cfg.zero,
+            fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s",
+                    strata_comm_size(comm), cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,
+                    cfg.tp > 1 ? (cfg.sp ? " with SP" : "") : "", cfg.pp > 1 ? ", PP=" : "",
+                    cfg.pp > 1 ? cfg.pp : 0, cfg.pp > 1 ? " " : "",
+                    cfg.pp > 1 ? strata_schedule_name(cfg.schedule) : "", cfg.zero,
                     cfg.hpz[0] ? ", hpZ in " : "", cfg.hpz, cfg.tiers == 3 ? ", 3-level" : "",
                     cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "");
         fputc('\n', stderr);
