@@ -283,6 +283,14 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
 
+/* Takes the parallel layout of a plan written by `strata plan --json` (predict: its "config";
+ * search: the first of "top") into *cfg: tp, pp, vp, zero, schedule, micro_batch (rows), sequence
+ * parallelism, order; *ranks gets the ranks it is for (tp x pp x dp). Precision and recompute are
+ * the planner's business (the CPU trainer computes in fp32 and keeps activations). Errors:
+ * STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line, STRATA_ERR_INVALID_ARG for a layout strata
+ * train does not run (context parallelism). */
+STRATA_API strata_status_t strata_train_config_apply_plan(const char *path,
+                                                          strata_train_config_t *cfg, int *ranks);
 /* "stop" or "skip". Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out);
 

@@ -202,3 +202,72 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl);
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }
+
+strata_status_t strata_train_config_apply_plan(const char *path, strata_train_config_t *c,
+                                               int *ranks)
+{
+    st_json_doc_t doc = {0};
+    ST_TRY(st_json_load_file(path, &doc));
+    strata_status_t rc = STRATA_OK;
+    json_object *cfg = NULL, *top;
+    // strata plan --json (predict): {"config": {...}}; strata plan search --json: {"top": [{...}]}.
+    if (json_object_object_get_ex(doc.root, "top", &top) &&
+        json_object_is_type(top, json_type_array) && json_object_array_length(top) > 0)
+        json_object_object_get_ex(json_object_array_get_idx(top, 0), "config", &cfg);
+    else
+        json_object_object_get_ex(doc.root, "config", &cfg);
+    if (!json_object_is_type(cfg, json_type_object)) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:1: expected the output of strata plan --json (a "
+                      "\"config\" object, or \"top\" with one)", path);
+        goto out;
+    }
+    int tp = 1, cp = 1, pp = 1, vp = 1, dp = 1, zero = c->zero, micro = 1;
+    bool sp = false;
+    char sched[32] = "1f1b";
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "tp", 0, true, 1, 1024, &tp), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "cp", 0, false, 1, 1024, &cp), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "pp", 0, true, 1, 1024, &pp), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "vp", 0, false, 1, STRATA_GPT_MAX_CHUNKS, &vp), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "dp", 0, true, 1, 1 << 24, &dp), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "zero", 0, false, 0, 3, &zero), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, cfg, "micro_batch", 0, false, 1, 1 << 20, &micro), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, cfg, "sequence_parallel", 0, false, &sp), rc, out);
+    ST_TRY_GOTO(st_json_get_string(&doc, cfg, "schedule", 0, false, sched, sizeof sched), rc, out);
+    if (cp > 1) {
+        rc = st_error(STRATA_ERR_INVALID_ARG, "%s:%d: the plan uses context parallelism (cp %d), "
+                      "which strata train does not run yet; plan with --max-cp 1", path,
+                      st_json_key_line(&doc, "cp", 0), cp);
+        goto out;
+    }
+    strata_schedule_t kind;
+    if (strata_schedule_parse(sched, &kind) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"schedule\": %s", path,
+                      st_json_key_line(&doc, "schedule", 0), strata_last_error());
+        goto out;
+    }
+    json_object *order;
+    c->order[0] = 0;
+    if (json_object_object_get_ex(cfg, "order", &order) && json_object_is_type(order, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(order); i++) {
+            const char *d = json_object_get_string(json_object_array_get_idx(order, i));
+            size_t n = strlen(c->order);
+            snprintf(c->order + n, sizeof c->order - n, "%s%s", i ? "," : "", d ? d : "?");
+        }
+    strata_dim_t parsed[STRATA_DIM_COUNT];
+    if (c->order[0] && strata_order_parse(c->order, parsed) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"order\": %s", path,
+                      st_json_key_line(&doc, "order", 0), strata_last_error());
+        goto out;
+    }
+    c->tp = tp;
+    c->pp = pp;
+    c->vp = vp;
+    c->zero = zero;
+    c->sp = sp && tp > 1;
+    c->schedule = kind;
+    c->micro_batch = micro;
+    *ranks = tp * pp * dp;
+out:
+    st_json_free(&doc);
+    return rc;
+}

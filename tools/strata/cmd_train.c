@@ -52,6 +52,9 @@ static void usage(FILE *f)
             "  --micro-batch R    rows per micro-batch [1]\n"
             "  --pp-layers 3,3,2  layers per chunk (stages x chunks entries) [balanced]\n"
             "  --pp-svg FILE      the planned and measured pipeline timeline of --trace-step\n"
+            "  --plan PLAN.json   the layout of strata plan --json (predict or search): tp, pp,\n"
+            "                     vp, zero, schedule, micro-batch, sp, order (flags after it\n"
+            "                     override it); the job must have its tp x pp x dp ranks\n"
             "  --straggler-window N   steps per straggler and slow-link window; a rank 20%%\n"
             "                     busier than the others, or a TCP link 8x slower than the\n"
             "                     others, in 3 windows in a row is flagged [20; 0 = off]\n");
@@ -184,11 +187,12 @@ int cmd_train(int argc, char **argv)
         if (!strcmp(argv[i], "--config") && strata_train_config_load(argv[i + 1], &cfg) < 0)
             return cmd_fail(NULL, "%s", strata_last_error());
     bool resume = false;
+    int plan_ranks = 0; // --plan: the ranks the plan is for
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -206,7 +210,7 @@ int cmd_train(int argc, char **argv)
         {"tp", 1, 0, O_TP},             {"sp", 0, 0, O_SP},           {"order", 1, 0, O_ORDER},
         {"no-tp-overlap", 0, 0, O_NOOVERLAP}, {"pp", 1, 0, O_PP},         {"vp", 1, 0, O_VP},
         {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
-        {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},
+        {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -285,6 +289,10 @@ int cmd_train(int argc, char **argv)
         case O_MICRO: INT(1, 1 << 20, cfg.micro_batch); break;
         case O_PPLAYERS: snprintf(cfg.pp_layers, sizeof cfg.pp_layers, "%s", optarg); break;
         case O_PPSVG: snprintf(cfg.pp_svg, sizeof cfg.pp_svg, "%s", optarg); break;
+        case O_PLAN:
+            if (strata_train_config_apply_plan(optarg, &cfg, &plan_ranks) < 0)
+                return cmd_fail(NULL, "--plan: %s", strata_last_error());
+            break;
         case O_SCHEDULE:
             if (strata_schedule_parse(optarg, &cfg.schedule) < 0)
                 return cmd_fail(NULL, "--schedule: %s", strata_last_error());
@@ -350,6 +358,12 @@ int cmd_train(int argc, char **argv)
         strata_comm_create(&cc, &comm) < 0)
         return cmd_fail(NULL, "%s", strata_last_error());
     int rank = comm ? strata_comm_rank(comm) : 0;
+    int world = comm ? strata_comm_size(comm) : 1;
+    if (plan_ranks && plan_ranks != world) {
+        strata_comm_destroy(comm);
+        return cmd_fail("run it with that many ranks, or plan for this job's", "--plan: the plan "
+                        "is for %d ranks (tp x pp x dp), this job has %d", plan_ranks, world);
+    }
     if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz || cfg.sp ||
                   cfg.order[0]))
         fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz/--sp/--order "
