@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# strata train with pipeline parallelism on the user's path: `strata launch` runs a 4-layer GPT with
+# --pp 2 --tp 2 (1F1B, micro-batches of 2 rows) on 4 ranks for 20 steps with checkpoints, the
+# metrics carrying every stage's measured and predicted bubble, and --pp-svg drawing the planned
+# and measured timeline of one step; every step's loss matches the one-process run's (1e-4);
+# --resume continues from step 10 on 4 ranks as --pp 4 with ZB-H1 and matches steps 11-20;
+# `strata sample` reads the pipelined checkpoint. Refused with a clear message: --pp 2 in one
+# process, --pp 3 on 4 ranks, zb-v with one chunk per stage, --pp-layers that do not add up.
+# (tests/mr/mr_train_parallel.c covers every schedule and layout; this is the command.)
+# Usage: train_pp.sh path/to/strata
+set -euo pipefail
+S=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+A=(--data data/corpus/strata_tales.txt --layers 4 --heads 4 --dim 32 --seq 32 --batch 8
+   --steps 20 --warmup 5 --lr 3e-3 --threads 1)
+fail=0
+losses() { sed -E 's/^\{"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/' "$1"; }
+same_losses() { # NAME FILE FIRST LAST: every step FIRST..LAST of FILE within 1e-4 of the reference
+    awk -v name="$1" -v first="$3" -v last="$4" '
+        NR == FNR { ref[$1] = $2; next }
+        $1 >= first && $1 <= last { n++; d = $2 - ref[$1]; if (d < 0) d = -d
+            if (d > 1e-4) { bad = 1; printf "  step %d: %s vs %s\n", $1, $2, ref[$1] } }
+        END { if (n != last - first + 1) { printf "  %d steps, want %d\n", n, last - first + 1; bad = 1 }
+              printf "%-40s %s\n", name, bad ? "FAIL" : "ok"; exit bad }' \
+        <(losses "$W/ref.jsonl") <(losses "$2") || fail=1
+}
+expect_error() { # NAME PATTERN COMMAND...: non-zero exit and PATTERN in its output
+    local name=$1 pat=$2; shift 2
+    if "$@" >"$W/err.log" 2>&1; then echo "$name: FAIL (exit 0)"; fail=1
+    elif ! grep -q -- "$pat" "$W/err.log"; then echo "$name: FAIL (no '$pat')"; cat "$W/err.log"; fail=1
+    else echo "$name: ok"; fi
+}
+
+"$S" train "${A[@]}" --quiet --metrics "$W/ref.jsonl"
+"$S" launch -n 4 -- "$S" train "${A[@]}" --pp 2 --tp 2 --micro-batch 2 --ckpt-dir "$W/ck" \
+    --ckpt-every 10 --metrics "$W/pp.jsonl" --trace-step 5 --pp-svg "$W/pp.svg" \
+    2>"$W/pp.log" || { cat "$W/pp.log"; exit 1; }
+same_losses "pp 2 x tp 2, 1f1b, 4 ranks" "$W/pp.jsonl" 1 20
+grep -q "PP=2 1f1b" "$W/pp.log" && echo "layout line: ok" || { echo "layout line: FAIL"; fail=1; }
+if grep -q '"pp_bubble":\[[0-9.]*,[0-9.]*\],"pp_bubble_predicted":\[[0-9.]*,[0-9.]*\]' "$W/pp.jsonl"
+then echo "bubbles in metrics: ok"; else echo "bubbles in metrics: FAIL"; head -2 "$W/pp.jsonl"; fail=1; fi
+grep -q "<svg" "$W/pp.svg" 2>/dev/null && echo "timeline svg: ok" || { echo "timeline svg: FAIL"; fail=1; }
+rm -f "$W"/ck/ckpt_00000020.*
+"$S" launch -n 4 -- "$S" train "${A[@]}" --quiet --pp 4 --schedule zb-h1 --ckpt-dir "$W/ck" \
+    --resume --metrics "$W/resumed.jsonl" 2>"$W/resume.log" || { cat "$W/resume.log"; exit 1; }
+grep -q "resumed at step 10" "$W/resume.log" || { echo "resume: FAIL"; cat "$W/resume.log"; fail=1; }
+same_losses "resumed as pp 4, zb-h1" "$W/resumed.jsonl" 11 20
+"$S" sample --ckpt "$W/ck" --prompt "Tale 7." --tokens 20 --temperature 0 >/dev/null &&
+    echo "sample: ok" || { echo "sample: FAIL"; fail=1; }
+
+expect_error "one process --pp 2" "needs 2 ranks" "$S" train "${A[@]}" --pp 2
+expect_error "--pp 3 on 4 ranks" "does not divide 4 ranks" "$S" launch -n 4 -- "$S" train "${A[@]}" --pp 3
+expect_error "zb-v with --vp 1" "chunks per stage" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --schedule zb-v
+expect_error "--pp-layers 1,1" "pp-layers" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --pp-layers 1,1
+exit $fail
