@@ -261,6 +261,18 @@ static void test_pipeline_3d(void **state)
         PPL(4, 1, 4, 1, STRATA_SCHED_1F1B, 0),        PPL(8, 2, 2, 1, STRATA_SCHED_1F1B, 1),
         PPL(8, 2, 2, 2, STRATA_SCHED_INTERLEAVED, 0), PPL(8, 1, 4, 1, STRATA_SCHED_ZB_H1, 1),
         PPL(8, 2, 2, 2, STRATA_SCHED_ZB_V, 1),        PPL(8, 1, 2, 1, STRATA_SCHED_GPIPE, 0),
+        PPL(4, 1, 2, 1, STRATA_SCHED_ZB_H1, 2),       PPL(4, 1, 2, 2, STRATA_SCHED_INTERLEAVED, 3),
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static void test_resume_across_pp(void **state)
+{
+    (void)state;
+    const layout_t ls[] = {
+        // PP 2 (1F1B) x DP 2 -> TP 2 x DP 2 without a pipeline; PP 4 (ZB-H1) -> PP 2 x TP 2.
+        {4, 1, 1, false, false, 4, 2, 0, 2, 1, 1, STRATA_SCHED_1F1B, 4},
+        {4, 1, 0, false, false, 4, 2, 1, 4, 1, 2, STRATA_SCHED_ZB_H1, 4},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -381,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_resume_across_tp),
         cmocka_unit_test(test_pipeline_2),
         cmocka_unit_test(test_pipeline_3d),
+        cmocka_unit_test(test_resume_across_pp),
         cmocka_unit_test(test_pipeline_kill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
