@@ -92,6 +92,11 @@ STRATA_API strata_status_t strata_pipeline_forward(strata_pipeline_t *p,
                                                    strata_pipeline_batch_fn batch, void *ctx,
                                                    double *loss_sum);
 
+/* Advances this stage's outstanding sends and receives without blocking (strata's messages move
+ * only inside strata calls): the model calls it between its products (strata_model_set_progress),
+ * so a neighbour's data flows while this stage computes. */
+STRATA_API void strata_pipeline_progress(strata_pipeline_t *p);
+
 STRATA_API void strata_pipeline_set_bubble_hook(strata_pipeline_t *p, strata_pipeline_bubble_fn fn,
                                                 void *ctx);
 

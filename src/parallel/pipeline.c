@@ -2,6 +2,7 @@
  * over the stage's model chunks with non-blocking point-to-point messages, every idle interval
  * recorded, the next one predicted from the schedule simulated with measured durations. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
@@ -34,6 +35,8 @@ struct strata_pipeline {
     int at;                /* the action now running */
     strata_pipeline_bubble_fn hook;
     void *hook_ctx;
+    strata_status_t err;   /* a request completed with an error by progress, for its wait */
+    char errmsg[512];
 };
 
 static double now_s(void)
@@ -212,8 +215,8 @@ bool strata_pipeline_next_bubble(const strata_pipeline_t *p, strata_pp_bubble_t 
 static strata_status_t wait_idle(strata_pipeline_t *p, strata_request_t **r,
                                  const strata_pp_action_t *a)
 {
-    if (!*r)
-        return STRATA_OK;
+    if (!*r) // done already (progress), or never posted
+        return p->err == STRATA_OK ? STRATA_OK : st_error(p->err, "%s", p->errmsg);
     strata_pp_bubble_t b = {.start_s = now_s() - p->t0, .waits_for = a ? a->op : STRATA_PP_SEND_ACT,
                             .mb = a ? a->mb : -1, .chunk = a ? a->chunk : -1,
                             .peer = a ? a->peer : -1, .mem_free = mem_free()};
@@ -231,6 +234,27 @@ static strata_status_t wait_idle(strata_pipeline_t *p, strata_request_t **r,
     if (p->nbubbles < p->maxbubbles)
         p->bubbles[p->nbubbles++] = b;
     return rc;
+}
+
+void strata_pipeline_progress(strata_pipeline_t *p)
+{
+    int n = p->plan.count[p->stage];
+    for (int i = 0; i < n; i++) { // a completed request stays until its wait, which then returns at once
+        strata_request_t **r[2] = {&p->rreq[i], &p->sreq[i]};
+        for (int k = 0; k < 2; k++) {
+            bool done = false;
+            if (!*r[k])
+                continue;
+            strata_status_t rc = strata_request_test(*r[k], &done);
+            if (!done)
+                continue; // an error not yet final surfaces at the wait
+            *r[k] = NULL;
+            if (rc < 0 && p->err == STRATA_OK) {
+                p->err = rc;
+                snprintf(p->errmsg, sizeof p->errmsg, "%s", strata_last_error());
+            }
+        }
+    }
 }
 
 /* Posts the receive of action i. */

@@ -182,7 +182,10 @@ void strata_trainer_set_sync(strata_trainer_t *t, strata_grad_sync_fn fn, void *
 
 static void zero_progress_cb(void *ctx)
 {
-    (void)strata_zero_progress(ctx); // an error repeats at the engine's next hook
+    strata_trainer_t *t = ctx;
+    (void)strata_zero_progress(t->zero); // an error repeats at the engine's next hook
+    if (t->pipe) // the neighbours' activations and gradients move while this stage computes
+        strata_pipeline_progress(t->pipe);
 }
 
 /* Slow-link detection over the communicator's hosts (the fabric's "host" level, else its
@@ -235,7 +238,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     strata_zero_hooks_t h = strata_zero_hooks(t->zero);
     strata_param_hooks_t ph = {h.ctx, h.acquire, h.release, h.grad_ready};
     strata_model_set_hooks(t->model, &ph);
-    strata_model_set_progress(t->model, zero_progress_cb, t->zero);
+    strata_model_set_progress(t->model, zero_progress_cb, t);
     if (t->pp > 1)
         ST_TRY(st_trainer_pp_create(t));
     t->nranges = strata_zero_ranges(t->zero, t->ranges, S);
