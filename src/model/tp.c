@@ -61,6 +61,16 @@ static strata_status_t gather_start(strata_gpt_t *m, const float *x, float *full
     return STRATA_OK;
 }
 
+/* Gathers the residual-stream rows x[R, C] into full[N, C] and waits (sp); returns full. */
+static strata_status_t gather_rows(strata_gpt_t *m, const float *x, float *full, int N, int C)
+{
+    int K = st_tp_chunks(m, N);
+    void *hs[ST_TP_MAX_CHUNKS] = {0};
+    strata_status_t rc = gather_start(m, x, full, N, C, hs, K);
+    strata_status_t r2 = wait_all(m, hs, K);
+    return rc < 0 ? rc : r2;
+}
+
 /* ---- column-parallel ---------------------------------------------------------------------------- */
 
 strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, const float *w,
@@ -125,12 +135,7 @@ strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, co
 {
     const float *xf = x;
     if (m->shard.sp) { // the layer's input, gathered again
-        int K = st_tp_chunks(m, N);
-        void *gh[ST_TP_MAX_CHUNKS] = {0};
-        strata_status_t rc = gather_start(m, x, m->full, N, C, gh, K);
-        strata_status_t r2 = wait_all(m, gh, K);
-        ST_TRY(rc);
-        ST_TRY(r2);
+        ST_TRY(gather_rows(m, x, m->full, N, C));
         xf = m->full;
     }
     st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
@@ -186,12 +191,7 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
 {
     const float *dyf = dy;
     if (m->shard.sp) { // the output gradient of every row
-        int nb = st_tp_chunks(m, N);
-        void *hs[ST_TP_MAX_CHUNKS] = {0};
-        strata_status_t rc = gather_start(m, dy, m->dfull, N, OC, hs, nb);
-        strata_status_t r2 = wait_all(m, hs, nb);
-        ST_TRY(rc);
-        ST_TRY(r2);
+        ST_TRY(gather_rows(m, dy, m->dfull, N, OC));
         dyf = m->dfull;
     }
     // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T.
@@ -248,12 +248,7 @@ strata_status_t st_tp_embed_backward(strata_gpt_t *m, float *dwte, float *dwpe, 
     int C = m->cfg.d_model, N = B * T, v0 = m->shard.tp_rank * m->Vl;
     const float *d = dout;
     if (m->shard.sp) { // every row's gradient: the slice's tokens may be anywhere
-        int nb = st_tp_chunks(m, N);
-        void *hs[ST_TP_MAX_CHUNKS] = {0};
-        strata_status_t rc = gather_start(m, dout, m->dfull, N, C, hs, nb);
-        strata_status_t r2 = wait_all(m, hs, nb);
-        ST_TRY(rc);
-        ST_TRY(r2);
+        ST_TRY(gather_rows(m, dout, m->dfull, N, C));
         d = m->dfull;
     }
     // wpe's gradient comes from every row on every rank: the same everywhere, nothing to sum.

@@ -15,23 +15,7 @@ trap 'rm -rf "$W"' EXIT
 A=(--data data/corpus/strata_tales.txt --layers 2 --heads 4 --dim 32 --seq 32 --batch 8
    --steps 20 --warmup 5 --lr 3e-3 --threads 1)
 fail=0
-losses() { sed -E 's/^\{"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/' "$1"; }
-# same_losses NAME FILE FIRST LAST: every step FIRST..LAST of FILE within 1e-4 of the reference
-same_losses() {
-    awk -v name="$1" -v first="$3" -v last="$4" '
-        NR == FNR { ref[$1] = $2; next }
-        $1 >= first && $1 <= last { n++; d = $2 - ref[$1]; if (d < 0) d = -d
-            if (d > 1e-4) { bad = 1; printf "  step %d: %s vs %s\n", $1, $2, ref[$1] } }
-        END { if (n != last - first + 1) { printf "  %d steps, want %d\n", n, last - first + 1; bad = 1 }
-              printf "%-36s %s\n", name, bad ? "FAIL" : "ok"; exit bad }' \
-        <(losses "$W/ref.jsonl") <(losses "$2") || fail=1
-}
-expect_error() { # NAME PATTERN COMMAND...: non-zero exit and PATTERN in its output
-    local name=$1 pat=$2; shift 2
-    if "$@" >"$W/err.log" 2>&1; then echo "$name: FAIL (exit 0)"; fail=1
-    elif ! grep -q -- "$pat" "$W/err.log"; then echo "$name: FAIL (no '$pat')"; cat "$W/err.log"; fail=1
-    else echo "$name: ok"; fi
-}
+. tests/cli/lib/train.sh
 
 "$S" train "${A[@]}" --quiet --metrics "$W/ref.jsonl"
 "$S" launch -n 4 -- "$S" train "${A[@]}" --steps 20 --tp 2 --sp --zero 1 --ckpt-dir "$W/ck" \
