@@ -7,7 +7,8 @@
 #             predicts, the schedule simulated by the same generator the trainer runs
 #   schedule  the trainer's own prediction of each stage's bubble: its schedule simulated with the
 #             F/B/W durations it measured (metrics pp_bubble_predicted)
-# Part 1, this machine, 2 ranks (1 BLAS thread each): tp2, dp2, and pp2 with gpipe, 1f1b,
+# The CPU's efficiency is calibrated first, on one process training the same model (not a layout of
+# the grid). Part 1, this machine, 2 ranks (1 BLAS thread each): tp2, dp2, and pp2 with gpipe, 1f1b,
 # interleaved (vp 2), zb-h1, zb-v (vp 2). Part 2 (--emu, needs root): 8 ranks on the emulated
 # cluster (2 racks x 2 hosts x 2 ranks, 800 Mbit/s NICs, 8:1 rack uplinks): tp2 x pp2 x dp2 1f1b,
 # pp2 x dp4 zb-h1, tp2 x dp4, pp4 x dp2 1f1b, tp2 x pp4 1f1b.
@@ -41,11 +42,27 @@ cat >"$out/model.json" <<JSON
  "vocab": 256, "seq": $T, "mlp": "gelu", "norm": "layernorm", "position": "learned", "bias": true,
  "tied_embeddings": true, "dropout": false}
 JSON
-"$S" plan calibrate-cpu --threads 1 --write "$out/cpu.json" >/dev/null
 TRAIN=(--data "$PWD/data/corpus/strata_tales.txt" --layers $L --dim $C --heads $H --seq $T
        --max-seq $T --batch $B --micro-batch $MB --steps "$steps" --threads 1 --quiet --zero 0)
 PLAN=(--model "$out/model.json" --accel "$out/cpu.json" --global-batch $B --micro-batch $MB
       --seq $T --precision fp32 --recompute none --flash off --optimizer adamw --zero 0)
+# The accelerator: this CPU's sgemm peak (calibrate-cpu), then its efficiency on strata's own step
+# of this model in one process (not a layout of the grid): predicted / measured.
+"$S" plan calibrate-cpu --threads 1 --write "$out/cpu.json" >/dev/null
+"$S" train "${TRAIN[@]}" --metrics "$out/one.jsonl" 2>/dev/null
+"$S" plan "${PLAN[@]}" --cluster cpu-local --gpus 1 --json >"$out/one.plan.json"
+$py - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(out + "/one.jsonl")][2:]
+measured = sum(r["step_s"] for r in rows) / len(rows)
+planned = json.load(open(out + "/one.plan.json"))["step_s"]
+acc = json.load(open(out + "/cpu.json"))
+acc["gemm_efficiency"] = acc.get("gemm_efficiency", 1) * planned / measured
+json.dump(acc, open(out + "/cpu.json", "w"), indent=2)
+print("calibration: one process %.3f s/step, planned %.3f s: CPU efficiency %.3f"
+      % (measured, planned, acc["gemm_efficiency"]))
+PY
 
 # name tp pp vp dp schedule: one layout, trained ($launch) and planned ($cluster); a line in $out/rows.
 measure() {
