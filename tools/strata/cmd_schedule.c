@@ -163,10 +163,11 @@ int cmd_plan_schedule(int argc, char **argv)
         printf("%s: %d stages x %d chunk%s, %d micro-batches: checked (dependencies, channel "
                "order, no deadlock)\n",
                strata_schedule_name(kind), P, V, V > 1 ? "s" : "", M);
-        printf("per chunk: F %g, B %g%s, hop %g\n", cost[0], split ? cost[1] : cost[1] + cost[2],
-               split ? "" : " (B+W)", p2p);
         if (split)
-            printf("           W %g\n", cost[2]);
+            printf("per chunk: F %g, B %g, W %g, hop %g\n", cost[0], cost[1], cost[2], p2p);
+        else
+            printf("per chunk: F %g, B %g (the whole backward), hop %g\n", cost[0],
+                   cost[1] + cost[2], p2p);
         printf("stage  actions      busy   bubble  peak activations (micro-batch x chunk)\n");
         for (int s = 0; s < P; s++)
             printf("%5d  %7d  %8.4g  %6.1f%%  %g\n", s, plan.count[s], t.busy_s[s],
