@@ -311,7 +311,8 @@ typedef struct strata_prediction {
 
 /* Validates `par` against the problem (sizes multiply to the accelerators, TP divides heads, KV
  * heads and FFN, CP divides the sequence into 2*cp chunks, PP and VP fit the layers, the batch
- * divides into micro-batches, interleaving needs vp > 1 and micro-batches a multiple of pp, ZeRO
+ * divides into micro-batches, interleaving needs pp, vp > 1 and micro-batches a multiple of pp,
+ * zb-v pp > 1 and vp = 2, ZeRO
  * stage and secondary partition, the order is a permutation). Errors: STRATA_ERR_INVALID_ARG with
  * a message naming the constraint. */
 STRATA_API strata_status_t strata_plan_check(const strata_plan_problem_t *pb,
@@ -372,34 +373,15 @@ STRATA_API strata_status_t strata_plan_search(const strata_plan_problem_t *pb,
                                               strata_search_result_t *out);
 STRATA_API void strata_search_result_free(strata_search_result_t *r);
 
-/* ---- schedule simulation and picture -----------------------------------------------------------
+/* ---- picture -----------------------------------------------------------------------------------
  */
 
-typedef enum strata_op_kind {
-    STRATA_OPK_FWD = 0,
-    STRATA_OPK_BWD,   /* input gradient (all of backward unless the schedule splits W) */
-    STRATA_OPK_WGRAD, /* weight gradient, split out by ZB-H1 */
-    STRATA_OPK_COMM,  /* exposed data-parallel communication and optimizer at the end */
-} strata_op_kind_t;
-
-typedef struct strata_sched_op {
-    int stage, microbatch, chunk;
-    strata_op_kind_t kind;
-    double start_s, end_s;
-} strata_sched_op_t;
-
-/* Simulates the pipeline schedule of `par` with uniform per-chunk times (forward f, backward b of
- * which w is weight gradient, hop latency p2p) by dependencies: each device runs its operations in
- * the schedule's order, each waits for its input from the neighbouring stage. Writes at most
- * `cap` operations to ops (may be NULL) and returns the makespan in *makespan_s and the number of
- * operations in *nops. Used by the SVG timeline and to check the closed-form bubbles. */
-STRATA_API strata_status_t strata_plan_simulate(const strata_parallel_t *par, int microbatches,
-                                                double f, double b, double w, double p2p,
-                                                strata_sched_op_t *ops, long long cap,
-                                                long long *nops, double *makespan_s);
-
-/* Writes an SVG picture of the predicted step: one row per pipeline stage, forward, backward,
- * weight-gradient and communication blocks, bubbles as gaps, and the breakdown as a legend. */
+/* Writes an SVG picture of the predicted step: the schedule's own lists (strata/schedule.h)
+ * simulated with the critical device's per-micro-batch times and hop, drawn by
+ * strata_pp_timeline_svg_opts (a row per stage, forward, backward and weight-gradient blocks,
+ * bubbles as gaps), the data-parallel tail and optimizer after them, and the breakdown and memory
+ * as notes. Long pipelines are drawn with fewer micro-batches (a multiple of pp), which the
+ * subtitle says. */
 STRATA_API strata_status_t strata_plan_svg(const strata_plan_problem_t *pb,
                                            const strata_parallel_t *par,
                                            const strata_prediction_t *pred, FILE *f);

@@ -319,9 +319,11 @@ int st_plan_check_fast(const strata_plan_problem_t *pb, const strata_parallel_t 
         return CK_CP_SEQ;
     if (par->pp > m->layers)
         return CK_PP_LAYERS;
-    if ((unsigned)par->schedule >= STRATA_SCHED_COUNT || par->schedule == STRATA_SCHED_ZB_V)
+    if ((unsigned)par->schedule >= STRATA_SCHED_COUNT)
         return CK_SCHED;
-    if (par->schedule == STRATA_SCHED_INTERLEAVED ? (par->vp < 2 || par->pp < 2) : par->vp != 1)
+    if (par->schedule == STRATA_SCHED_INTERLEAVED || par->schedule == STRATA_SCHED_ZB_V
+            ? !strata_schedule_chunks_ok(par->schedule, par->vp) || par->pp < 2
+            : par->vp != 1)
         return CK_VP;
     if ((long long)par->pp * par->vp > m->layers)
         return CK_VP;
@@ -383,18 +385,24 @@ strata_status_t strata_plan_check(const strata_plan_problem_t *pb, const strata_
     case CK_PP_LAYERS:
         return st_error(STRATA_ERR_INVALID_ARG, "expected pp=%d <= layers=%d", par->pp, m->layers);
     case CK_SCHED:
-        return st_error(STRATA_ERR_INVALID_ARG, "the planner does not price the %s schedule",
-                        strata_schedule_name(par->schedule));
+        return st_error(STRATA_ERR_INVALID_ARG, "unknown pipeline schedule %d",
+                        (int)par->schedule);
     case CK_VP:
         if (par->schedule == STRATA_SCHED_INTERLEAVED && (par->vp < 2 || par->pp < 2))
             return st_error(STRATA_ERR_INVALID_ARG,
                             "expected the interleaved schedule to have pp >= 2 "
                             "and vp >= 2, got pp=%d vp=%d",
                             par->pp, par->vp);
-        if (par->schedule != STRATA_SCHED_INTERLEAVED && par->vp != 1)
+        if (par->schedule == STRATA_SCHED_ZB_V && (par->vp != 2 || par->pp < 2))
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "expected the zb-v schedule to have pp >= 2 and vp=2 (two chunks per "
+                            "stage, in a V), got pp=%d vp=%d",
+                            par->pp, par->vp);
+        if (par->schedule != STRATA_SCHED_INTERLEAVED && par->schedule != STRATA_SCHED_ZB_V &&
+            par->vp != 1)
             return st_error(STRATA_ERR_INVALID_ARG,
                             "expected vp=1 for the %s schedule (virtual stages "
-                            "need 'interleaved'), got vp=%d",
+                            "need 'interleaved' or 'zb-v'), got vp=%d",
                             strata_schedule_name(par->schedule), par->vp);
         return st_error(STRATA_ERR_INVALID_ARG, "expected pp*vp = %lld model chunks <= layers=%d",
                         (long long)par->pp * par->vp, m->layers);

@@ -174,6 +174,8 @@ strata_status_t strata_plan_search(const strata_plan_problem_t *pb, const strata
                                         vmax = o->max_vp;
                                         if (mbs % pp)
                                             vmax = 0;
+                                    } else if (s == STRATA_SCHED_ZB_V) {
+                                        vmin = vmax = 2; /* two chunks per stage, in a V */
                                     }
                                     for (int vp = vmin; vp <= vmax; vp++) {
                                         if ((long long)pp * vp > m->layers)

@@ -1,8 +1,10 @@
 /* One training step from its pieces: the layers each pipeline device holds, its forward and
  * backward per micro-batch with the exposed part of tensor/context-parallel and ZeRO traffic, the
- * pipeline schedule's bubble, the data-parallel gradient and parameter traffic at the end of the
- * step, and the optimizer; memory per device by kind. Closed form and allocation-free: the search
- * calls it hundreds of thousands of times. */
+ * pipeline schedule's bubble and the activations it keeps in flight (both from the very lists the
+ * trainer runs, strata/schedule.h, timed by their memoised simulation), the data-parallel gradient
+ * and parameter traffic at the end of the step, and the optimizer; memory per device by kind.
+ * Allocation-free once the schedule's memo is warm: the search calls it hundreds of thousands of
+ * times. */
 #include "base/base.h"
 #include "plan/plan_internal.h"
 
@@ -56,6 +58,10 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     const strata_training_t *tr = &pb->train;
     const strata_calib_t *cal = &pb->calib;
     const int p = par->pp, v = par->vp;
+    // ZB-V puts the last chunk (final norm, head, loss) on the first device again, by its
+    // embedding: the tied embedding needs no exchange there.
+    const bool vshape = par->schedule == STRATA_SCHED_ZB_V;
+    const int head_dev = vshape ? 0 : p - 1;
     const long long dc = (long long)par->dp * par->cp;
     const long long mb = tr->global_batch / par->dp / tr->micro_batch;
     const double wb = st_weight_bytes(tr), gb = st_grad_bytes(tr);
@@ -76,9 +82,9 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     for (int pass = 0; pass < (p > 1 ? 2 : 1); pass++) {
         int i = pass == 0 ? 0 : p - 1;
         int L = st_layers_on_device(m->layers, p, i);
-        double P =
-            L * lc->params + (i == 0 ? lc->emb_params : 0) +
-            (i == p - 1 ? lc->head_params - (m->tied_embeddings && p == 1 ? out_matrix : 0) : 0);
+        const bool head = i == head_dev;
+        double P = L * lc->params + (i == 0 ? lc->emb_params : 0) +
+                   (head ? lc->head_params - (m->tied_embeddings && i == 0 ? out_matrix : 0) : 0);
         strata_plan_memory_t mem = {.stage = i, .capacity = pb->accel.mem_bytes};
         if (keep) /* the shard, and the gathered stage for the whole step */
             mem.weights = P * wb * (1 + 1.0 / (double)dc);
@@ -93,27 +99,16 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
         else
             mem.grads = P * gb / (par->zero >= 2 ? (double)dc : 1.0);
         mem.optimizer = P * ob / (par->zero >= 1 ? (double)dc : 1.0);
-        double inflight; /* layer-micro-batches whose activations wait for their backward */
-        double inflight_mb;
-        switch (par->schedule) {
-        case STRATA_SCHED_GPIPE:
-            inflight_mb = (double)mb;
-            break;
-        case STRATA_SCHED_INTERLEAVED: {
-            double chunks = 2.0 * (p - i - 1) + (double)(v - 1) * p + 1;
-            if (chunks > (double)mb * v)
-                chunks = (double)mb * v;
-            inflight_mb = chunks / v;
-            break;
-        }
-        default:
-            inflight_mb = (double)(mb < p - i ? mb : p - i);
-            break;
-        }
-        inflight = inflight_mb * L;
+        // The most (micro-batch, chunk) activations the schedule's list for this device keeps at
+        // once (from a chunk's forward to its backward, or to its weight gradient when the
+        // backward is split: those need nearly all of them), each chunk L / v layers.
+        double chunks = 0;
+        ST_TRY(strata_pp_peak_act(par->schedule, p, v, (int)mb, i, &chunks));
+        const double inflight_mb = chunks / v;
+        const double inflight = inflight_mb * L; /* layer-micro-batches held */
         mem.activations = inflight * lc->act_bytes + lc->act_full_bytes +
                           (i == 0 ? inflight_mb * lc->emb_act_bytes : 0) +
-                          (i == p - 1 ? lc->head_act_bytes : 0);
+                          (head ? lc->head_act_bytes : 0);
         // ZeRO-3 gathers a module at a time (the largest weight matrix, and the next one
         // prefetched), not whole layers: DeepSpeed's per-module hooks.
         double z3buf = 0;
@@ -170,7 +165,7 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     const bool otp = par->overlap[STRATA_DIM_TP], ocp = par->overlap[STRATA_DIM_CP];
     const bool odp = par->overlap[STRATA_DIM_DP];
     const double pp_mb = p > 1 ? 2.0 * v * t_p2p * (par->overlap[STRATA_DIM_PP] ? oc : 1.0) : 0;
-    double sum_fb = 0, sum_fbw = 0, worst = -1;
+    double sum_f = 0, sum_b = 0, sum_w = 0, worst = -1;
     dev_t crit = {0};
     int crit_i = 0;
     double Pmax = 0;
@@ -178,14 +173,14 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
         // Devices in the middle of a long pipeline are identical: evaluate one and reuse it.
         dev_t d = {0};
         int L = st_layers_on_device(m->layers, p, i);
-        bool first = i == 0, last = i == p - 1;
+        bool first = i == 0, head = i == head_dev;
         d.P = L * lc->params + (first ? lc->emb_params : 0) +
-              (last ? lc->head_params - (m->tied_embeddings && p == 1 ? out_matrix : 0) : 0);
-        d.cf = L * lc->fwd_s + (first ? lc->emb_fwd_s : 0) + (last ? lc->head_fwd_s : 0);
+              (head ? lc->head_params - (m->tied_embeddings && first ? out_matrix : 0) : 0);
+        d.cf = L * lc->fwd_s + (first ? lc->emb_fwd_s : 0) + (head ? lc->head_fwd_s : 0);
         d.cb = L * (lc->bwd_s + lc->recompute_s) + (first ? lc->emb_bwd_s : 0) +
-               (last ? lc->head_bwd_s : 0);
-        d.w = L * lc->wgrad_s + (last ? lc->head_wgrad_s : 0);
-        double head_tp = last ? lc->head_tp_s : 0, emb_tp = first ? lc->emb_tp_s : 0;
+               (head ? lc->head_bwd_s : 0);
+        d.w = L * lc->wgrad_s + (head ? lc->head_wgrad_s : 0);
+        double head_tp = head ? lc->head_tp_s : 0, emb_tp = first ? lc->emb_tp_s : 0;
         d.tpf = L * lc->tp_fwd_s + emb_tp + head_tp / 2;
         d.tpb = L * (lc->tp_bwd_s + lc->tp_rec_s) + head_tp / 2;
         if (otp)
@@ -232,8 +227,9 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             d.B += d.z_exp;
         }
         double fb = d.F + d.B;
-        sum_fb += fb;
-        sum_fbw += fmax(0.0, fb - 2 * d.w);
+        sum_f += d.F;
+        sum_b += d.B;
+        sum_w += fmin(d.w, d.B);
         if (fb > worst) {
             worst = fb;
             crit = d;
@@ -247,23 +243,29 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
             int j = 2;
             while (j < p - 1 && st_layers_on_device(m->layers, p, j) == L)
                 j++;
-            sum_fb += fb * (j - 2);
-            sum_fbw += fmax(0.0, fb - 2 * d.w) * (j - 2);
+            sum_f += d.F * (j - 2);
+            sum_b += d.B * (j - 2);
+            sum_w += fmin(d.w, d.B) * (j - 2);
             i = j - 1;
         }
     }
-    const double avg_fb = sum_fb / p, avg_fbw = sum_fbw / p;
+    const double M = (double)mb;
 
     // ---- pipeline ----
+    // The bubble of the schedule's own lists on the average device's forward, backward and weight
+    // gradient per micro-batch (its idle share of a step whose stages each compute M (F + B)); the
+    // hops are priced apart: the fill and drain cross the pipeline once each way (twice in a V),
+    // and every micro-batch's sends and receives (pp_mb).
     double bubble = 0, chain = 0;
     if (p > 1) {
-        chain = (p - 1) * 2.0 * t_p2p;
-        if (par->schedule == STRATA_SCHED_ZB_H1)
-            bubble = (p - 1) * avg_fbw;
-        else
-            bubble = (p - 1) * avg_fb / v;
+        chain = (p - 1) * 2.0 * t_p2p * (vshape ? 2 : 1);
+        const double f = sum_f / p, b = sum_b / p, w = sum_w / p;
+        if (f > 0) {
+            double frac = 0;
+            ST_TRY(strata_pp_bubble(par->schedule, p, v, (int)mb, (b - w) / f, w / f, &frac, NULL));
+            bubble = frac / (1 - frac) * M * (f + b);
+        }
     }
-    const double M = (double)mb;
     double pipe = M * (crit.F + crit.B + pp_mb) + bubble + chain;
     // The job waits for its slowest accelerator in every pass it computes (scale.c).
     double straggler = lc->straggler_frac * (M * (crit.cf + crit.cb) + bubble);
@@ -279,7 +281,7 @@ strata_status_t st_plan_assemble(const strata_plan_problem_t *pb, const strata_p
     double tail =
         odp ? overlapped(grad_c, crit.cb, oc) + overlapped(param_c, crit.cf, oc) : grad_c + param_c;
     double emb_sync = 0;
-    if (p > 1 && m->tied_embeddings) {
+    if (p > 1 && m->tied_embeddings && !vshape) {
         strata_group_t eg = st_plan_group(par, 1u << STRATA_DIM_PP);
         eg = (strata_group_t){1, {{2, eg.dim[0].stride * (p - 1)}}};
         strata_price_table_t et;

@@ -292,7 +292,7 @@ strata_status_t strata_pp_check(const strata_pp_plan_t *p)
 {
     if (!p || !p->count || !p->actions)
         return st_error(STRATA_ERR_INVALID_ARG, "pipeline plan: empty (no lists)");
-    ST_TRY(st_pp_validate(p->kind, p->stages, p->vstages, p->micro));
+    ST_TRY(st_pp_validate(p->kind, p->stages, p->vstages, p->micro, p->micro));
     for (int s = 0; s < p->stages; s++)
         if (p->count[s] < 0 || (p->count[s] > 0 && !p->actions[s]))
             return st_error(STRATA_ERR_INVALID_ARG, "pipeline plan: stage %d has no list", s);

@@ -214,7 +214,7 @@ strata_status_t strata_pp_generate(strata_schedule_t kind, int P, int V, int M,
     if (!out)
         return st_error(STRATA_ERR_INVALID_ARG, "pipeline schedule: no plan to fill");
     memset(out, 0, sizeof *out);
-    ST_TRY(st_pp_validate(kind, P, V, M));
+    ST_TRY(st_pp_validate(kind, P, V, M, M));
     const int per = st_pp_order_len(kind, V, M);
     msgs_t g = {.P = P, .C = P * V, .units = (long)M * P * V};
     strata_status_t rc = STRATA_OK;

@@ -74,7 +74,8 @@ int strata_pp_chunk_stage(strata_schedule_t kind, int stages, int vstages, int c
     return chunk % stages;
 }
 
-strata_status_t st_pp_validate(strata_schedule_t kind, int stages, int vstages, int micro)
+strata_status_t st_pp_validate(strata_schedule_t kind, int stages, int vstages, int micro,
+                               int listed)
 {
     if ((unsigned)kind >= STRATA_SCHED_COUNT)
         return st_error(STRATA_ERR_INVALID_ARG, "pipeline schedule: unknown schedule %d",
@@ -98,11 +99,11 @@ strata_status_t st_pp_validate(strata_schedule_t kind, int stages, int vstages, 
                         "of the stages (P=%d)",
                         micro, stages);
     if (stages > INT16_MAX || (long long)stages * vstages > INT16_MAX ||
-        (long long)stages * vstages * micro > ST_PP_MAX_UNITS)
+        (long long)stages * vstages * listed > ST_PP_MAX_UNITS)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "%s schedule: P=%d x V=%d x M=%d is beyond the %d (micro-batch, chunk) "
                         "units a schedule may have",
-                        name, stages, vstages, micro, ST_PP_MAX_UNITS);
+                        name, stages, vstages, listed, ST_PP_MAX_UNITS);
     return STRATA_OK;
 }
 

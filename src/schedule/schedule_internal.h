@@ -11,8 +11,9 @@
 #define ST_PP_MAX_UNITS (1 << 24)
 
 /* Checks kind, stages, vstages and micro as strata_pp_generate documents (STRATA_ERR_INVALID_ARG
- * naming the constraint). */
-strata_status_t st_pp_validate(strata_schedule_t kind, int stages, int vstages, int micro);
+ * naming the constraint), and that lists of `listed` micro-batches stay within ST_PP_MAX_UNITS. */
+strata_status_t st_pp_validate(strata_schedule_t kind, int stages, int vstages, int micro,
+                               int listed);
 
 /* Compute actions (FWD, BWD, WGT) one stage runs: M x V x (3 if split, else 2). */
 int st_pp_order_len(strata_schedule_t kind, int vstages, int micro);

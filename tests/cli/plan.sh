@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Behaviour of `strata plan`: validate reports every row's out-of-sample error with each group of
 # terms added and the mean absolute error before and after, search reports its rate, FP8 and the
-# FSDP variants are accepted where they make sense and refused with a clear message elsewhere.
+# FSDP variants are accepted where they make sense and refused with a clear message elsewhere,
+# `plan schedule` shows a pipeline schedule's lists, bubble and picture, and the planner prices zb-v.
 #
 #   bash tests/cli/plan.sh path/to/strata
 #
@@ -70,6 +71,35 @@ run plan --model llama3-8b --cluster dgx-h100-superpod --gpus 8 --dp 8 --zero 1 
     --global-batch 64
 check "keeping parameters without ZeRO-3 is refused" test "$rc" -eq 1
 check "the refusal says what is expected" grep -q "keeping parameters with ZeRO-3" "$TMP/err"
+
+# Pipeline schedules as data (docs/pipeline.md).
+run plan schedule --schedule 1f1b --pp 4 --micro 8
+check "plan schedule checks and simulates 1f1b" test "$rc" -eq 0
+check "1f1b's bubble is (P-1)/(M+P-1) = 27.27%" has "mean bubble 27.27%"
+check "stage 0 holds P = 4 micro-batches" grep -Eq "^ +0 +[0-9]+ +24 +27.3% +4$" "$TMP/out"
+
+run plan schedule --schedule zb-v --pp 4 --micro 8 --actions --svg "$TMP/zbv.svg"
+check "zb-v with its lists and a picture" test "$rc" -eq 0
+check "zb-v runs chunks 0 and 7 on stage 0 (a V)" grep -q "^stage 0: F(0,0).* F(0,7) " "$TMP/out"
+check "the picture is written" grep -q "zb-v: 4 stages x 2 chunks, 8 micro-batches" "$TMP/zbv.svg"
+
+run plan schedule --schedule zb-h1 --pp 3 --micro 5 --json
+check "--json parses" python3 -c "import json,sys; d=json.load(open('$TMP/out')); assert d['schedule']=='zb-h1' and len(d['per_stage'])==3"
+
+run plan schedule --schedule interleaved --pp 4 --micro 6
+check "interleaved with M not a multiple of P is refused (status 1)" test "$rc" -eq 1
+check "the refusal names the constraint" grep -q "multiple of the stages (P=4)" "$TMP/err"
+
+run plan schedule --schedule zb-v --pp 4 --vp 3 --micro 8
+check "zb-v with three chunks per stage is refused" grep -q "V = 2" "$TMP/err"
+
+run plan schedule --pp 4 --micro 8
+check "plan schedule without --schedule is a usage error (status 2)" test "$rc" -eq 2
+
+run plan --model llama3-8b --cluster dgx-h100-superpod --gpus 8 --pp 4 --dp 2 --schedule zb-v \
+    --global-batch 64 --json
+check "the planner prices zb-v (vp 2 implied)" test "$rc" -eq 0
+check "its JSON names zb-v and vp 2" python3 -c "import json; d=json.load(open('$TMP/out')); s=json.dumps(d); assert '\"zb-v\"' in s and '\"vp\": 2' in s, s[:400]"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

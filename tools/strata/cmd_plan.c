@@ -21,6 +21,7 @@ static const char usage_text[] =
     "       strata plan calibrate [TABLE.csv ...] [--fit NAMES] [--write FILE]\n"
     "       strata plan calibrate-cpu [--threads N] [--write FILE]\n"
     "       strata plan presets | show model|accel|cluster NAME\n"
+    "       strata plan schedule --schedule S --pp P --micro M [--vp V] [--svg FILE] (--help)\n"
     "\n"
     "problem:  --model NAME|FILE.json  --cluster NAME|FILE.json  --accel NAME|FILE.json  --gpus N\n"
     "          --train FILE.json  --global-batch B  --micro-batch b  --seq S  --precision "
@@ -29,7 +30,8 @@ static const char usage_text[] =
     "          --flash on|off  --grad-bytes 2|4  --calib FILE.json  --calib-set name=value,...\n"
     "parallel: --tp --cp --pp --vp --dp N  --zero 0-3  --zero-secondary N\n"
     "          --zero-keep-params on|off (ZeRO-3)  --zero-reduce-once on|off (ZeRO-2/3)\n"
-    "          --schedule gpipe|1f1b|interleaved|zb-h1  --overlap none|all|tp+cp+pp+dp\n"
+    "          --schedule gpipe|1f1b|interleaved|zb-h1|zb-v (zb-v: --vp 2 implied)\n"
+    "          --overlap none|all|tp+cp+pp+dp\n"
     "          --order tp,cp,pp,dp (innermost first)\n"
     "search:   --top N  --all-orders  --max-tp N  --max-cp N  --max-vp N  --max-micro-batch N\n"
     "          --zero-stages 0123  --allow-no-fit  --zero-secondary N\n"
@@ -288,6 +290,8 @@ static int parse(int argc, char **argv, int first, opts_t *o)
     }
     if (o->par.vp > 1 && o->par.schedule == STRATA_SCHED_1F1B)
         o->par.schedule = STRATA_SCHED_INTERLEAVED;
+    if (o->par.vp == 1 && o->par.schedule == STRATA_SCHED_ZB_V)
+        o->par.vp = 2; /* a V: two chunks per stage */
     o->data = find_data(o->data);
     return 0;
 }
@@ -933,6 +937,8 @@ int cmd_plan(int argc, char **argv)
         return do_cpu(argc, argv);
     if (!strcmp(sub, "presets") || !strcmp(sub, "show"))
         return do_presets(argc, argv);
+    if (!strcmp(sub, "schedule"))
+        return cmd_plan_schedule(argc, argv);
     bool search = !strcmp(sub, "search");
     int first = search || !strcmp(sub, "predict") ? 2 : 1;
     if (first == 1 && strncmp(sub, "--", 2)) {
