@@ -250,6 +250,23 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
     ST_TRY(st_straggler_init(&t->strag, t->cfg.straggler_window, N));
+    if (t->tp > 1 || t->pp > 1) { // compare each rank with the ranks of the same TP and PP place
+        double *role = calloc((size_t)N, sizeof *role);
+        int *ri = calloc((size_t)N, sizeof *ri);
+        strata_status_t rc = role && ri ? STRATA_OK : st_error(STRATA_ERR_NO_MEMORY, "train: out "
+                                                               "of memory");
+        if (rc == STRATA_OK) {
+            role[r] = t->pp_rank * t->tp + t->tp_rank;
+            rc = st_trainer_all_sum(t, role, N);
+        }
+        for (int i = 0; rc == STRATA_OK && i < N; i++)
+            ri[i] = (int)role[i];
+        if (rc == STRATA_OK)
+            rc = st_straggler_set_roles(&t->strag, ri, N);
+        free(role);
+        free(ri);
+        ST_TRY(rc);
+    }
     ST_TRY(init_slowlink(t, comm));
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);

@@ -19,7 +19,9 @@ strata_status_t st_straggler_init(st_straggler_t *s, int window, int nranks)
 void st_straggler_free(st_straggler_t *s)
 {
     free(s->busy_all);
+    free(s->role);
     s->busy_all = NULL;
+    s->role = NULL;
 }
 
 static double blocked_s(strata_comm_t *comm)
@@ -40,29 +42,65 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int st_straggler_judge(const double *busy, int n, double *ratio)
+/* The slow rank among the ranks of one role (all when role is NULL), or -1. */
+static int judge_role(const double *busy, const int *role, int want, int n, double *ratio)
 {
     *ratio = 0;
-    if (n < 2)
+    int worst = -1, m = 0;
+    for (int r = 0; r < n; r++)
+        if (!role || role[r] == want) {
+            m++;
+            if (worst < 0 || busy[r] > busy[worst])
+                worst = r;
+        }
+    if (m < 2)
         return -1;
-    int worst = 0;
-    for (int r = 1; r < n; r++)
-        if (busy[r] > busy[worst])
-            worst = r;
-    double *others = malloc((size_t)(n - 1) * sizeof *others);
+    double *others = malloc((size_t)(m - 1) * sizeof *others);
     if (!others)
         return -1;
     for (int r = 0, k = 0; r < n; r++)
-        if (r != worst)
+        if (r != worst && (!role || role[r] == want))
             others[k++] = busy[r];
-    qsort(others, (size_t)(n - 1), sizeof *others, cmp_double);
-    int m = n - 1;
+    m--;
+    qsort(others, (size_t)m, sizeof *others, cmp_double);
     double median = m % 2 ? others[m / 2] : (others[m / 2 - 1] + others[m / 2]) / 2;
     free(others);
     *ratio = median > 0 ? busy[worst] / median : 0;
     bool slow = busy[worst] > ST_STRAGGLER_RATIO * median &&
                 busy[worst] - median > ST_STRAGGLER_MIN_S;
     return slow ? worst : -1;
+}
+
+int st_straggler_judge(const double *busy, const int *role, int n, double *ratio)
+{
+    *ratio = 0;
+    int slow = -1;
+    for (int r = 0; r < n; r++) { // each role once: at its first rank
+        bool first = true;
+        for (int q = 0; role && q < r && first; q++)
+            first = role[q] != role[r];
+        if (!first || (!role && r > 0))
+            continue;
+        double x;
+        int s = judge_role(busy, role, role ? role[r] : 0, n, &x);
+        if (s >= 0 && x > *ratio) {
+            slow = s;
+            *ratio = x;
+        }
+    }
+    return slow;
+}
+
+strata_status_t st_straggler_set_roles(st_straggler_t *s, const int *role, int nranks)
+{
+    if (!s->window)
+        return STRATA_OK;
+    free(s->role);
+    s->role = malloc((size_t)nranks * sizeof *s->role);
+    if (!s->role)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    memcpy(s->role, role, (size_t)nranks * sizeof *s->role);
+    return STRATA_OK;
 }
 
 strata_status_t st_straggler_end(st_straggler_t *s, strata_comm_t *comm, double seconds,
@@ -83,7 +121,7 @@ strata_status_t st_straggler_end(st_straggler_t *s, strata_comm_t *comm, double 
     ST_TRY(all_sum(ctx, s->busy_all, nranks));
     s->window_ended = true;
     double ratio;
-    int slow = st_straggler_judge(s->busy_all, nranks, &ratio);
+    int slow = st_straggler_judge(s->busy_all, s->role, nranks, &ratio);
     s->streak = slow >= 0 && slow == s->suspect ? s->streak + 1 : slow >= 0;
     s->suspect = slow;
     if (slow != s->flagged) // the straggler caught up (or another rank is slow now)

@@ -30,6 +30,8 @@ typedef struct st_straggler {
     int flagged;       /* the straggler (-1 none) */
     double ratio;      /* its busy time over the others' median in the last window */
     double *busy_all;  /* every rank's busy seconds per step in the last window (nranks) */
+    int *role;         /* ranks doing the same work share a role (their TP and PP place): a rank
+                          is compared with those only; NULL: every rank the same */
     bool window_ended; /* the last step closed a window: busy_all is fresh */
 } st_straggler_t;
 
@@ -46,8 +48,13 @@ strata_status_t st_straggler_end(st_straggler_t *s, strata_comm_t *comm, double 
                                  strata_status_t (*all_sum)(void *ctx, double *v, int n), void *ctx,
                                  int rank, int nranks);
 
+/* Ranks with different work (a pipeline's stages, a TP group's places) must not be compared: role[r]
+ * names rank r's work; only ranks of the same role are (copied; NULL: all alike). */
+strata_status_t st_straggler_set_roles(st_straggler_t *s, const int *role, int nranks);
+
 /* Pure judgement of one window, for tests: the slow rank among `busy` (per-step seconds), or -1;
- * *ratio gets its busy time over the others' median. */
-int st_straggler_judge(const double *busy, int n, double *ratio);
+ * *ratio gets its busy time over the others' median. With `role` (may be NULL), a rank is compared
+ * only with the other ranks of its role; the slow rank with the largest ratio is the answer. */
+int st_straggler_judge(const double *busy, const int *role, int n, double *ratio);
 
 #endif

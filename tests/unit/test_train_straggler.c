@@ -12,18 +12,29 @@ static void test_judge(void **state)
     (void)state;
     double ratio;
     double equal[4] = {0.010, 0.010, 0.010, 0.010};
-    assert_int_equal(st_straggler_judge(equal, 4, &ratio), -1);
+    assert_int_equal(st_straggler_judge(equal, NULL, 4, &ratio), -1);
     double slow2[4] = {0.010, 0.011, 0.020, 0.009};
-    assert_int_equal(st_straggler_judge(slow2, 4, &ratio), 2);
+    assert_int_equal(st_straggler_judge(slow2, NULL, 4, &ratio), 2);
     assert_true(ratio > 1.9 && ratio < 2.1); // against the others' median, 10 ms
     double pair[2] = {0.030, 0.010};          // two ranks: the other one is the median
-    assert_int_equal(st_straggler_judge(pair, 2, &ratio), 0);
+    assert_int_equal(st_straggler_judge(pair, NULL, 2, &ratio), 0);
     assert_true(ratio > 2.9 && ratio < 3.1);
     double tiny[3] = {0.0020, 0.0020, 0.0035}; // 1.75x, but 1.5 ms a step: rank 0's extra duties
-    assert_int_equal(st_straggler_judge(tiny, 3, &ratio), -1);
+    assert_int_equal(st_straggler_judge(tiny, NULL, 3, &ratio), -1);
     double mild[3] = {0.100, 0.100, 0.115}; // 15 ms more but only 1.15x
-    assert_int_equal(st_straggler_judge(mild, 3, &ratio), -1);
-    assert_int_equal(st_straggler_judge(equal, 1, &ratio), -1);
+    assert_int_equal(st_straggler_judge(mild, NULL, 3, &ratio), -1);
+    assert_int_equal(st_straggler_judge(equal, NULL, 1, &ratio), -1);
+    // A pipeline's stages do different work: the heavy stage (ranks 1 and 3, role 1) is no
+    // straggler beside the light one; a rank slow beside the others of its own role is.
+    const double stages[4] = {0.007, 0.025, 0.007, 0.025};
+    const int role[4] = {0, 1, 0, 1};
+    assert_int_equal(st_straggler_judge(stages, NULL, 4, &ratio), 1);
+    assert_int_equal(st_straggler_judge(stages, role, 4, &ratio), -1);
+    const double slow_in_role[4] = {0.007, 0.025, 0.007, 0.040};
+    assert_int_equal(st_straggler_judge(slow_in_role, role, 4, &ratio), 3);
+    assert_true(ratio > 1.5 && ratio < 1.7);
+    const int alone[4] = {0, 1, 2, 3}; // nobody to compare with
+    assert_int_equal(st_straggler_judge(slow_in_role, alone, 4, &ratio), -1);
 }
 
 /* The all-sum of a window: the script's next row. */
