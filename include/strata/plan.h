@@ -19,9 +19,11 @@
  * core). HFU uses it. Megatron Eq. 3 = 96 B s l h^2 (1 + s/6h + V/16lh), the formula of Narayanan
  * et al. (SC'21) that its TFLOP/s figures use; the validation compares like with like.
  *
- * Everything here is allocation-free except the search result, the validation report and file
- * readers, and thread-safe: problems and configurations are plain values (the only state is a
- * per-thread memo of two pure functions of the scale terms, src/plan/scale.c).
+ * Everything here is allocation-free except the search result, the validation report, file
+ * readers and the memos below (built once per shape), and thread-safe: problems and
+ * configurations are plain values (the only state is per-thread memos of pure functions: the scale
+ * terms, src/plan/scale.c, the price tables, and the pipeline schedules' bubbles and peak
+ * activations, strata/schedule.h).
  */
 #ifndef STRATA_PLAN_H
 #define STRATA_PLAN_H

@@ -38,11 +38,14 @@
  *                deferred into the drain (Qi et al., zero bubble H1)     about 1/3 of 1F1B's, same
  *                                                                        activation memory
  *   zb-v         V-shaped, V = 2, backward split, WGT filling the bubbles (Qi et al., ZB-V; the
- *                order of PyTorch's ScheduleZBVZeroBubble)                 below zb-h1's for M >= 2P,
- *                                                                        same peak activation memory
- *                                                                        as 1f1b (docs/pipeline.md)
+ *                order of PyTorch's ScheduleZBVZeroBubble)                 zb-h1's up to M = P, below
+ *                                                                        it beyond, (P-1)/(6M+P-1)
+ *                                                                        from M = 2P (F = B = W);
+ *                                                                        1f1b's peak activation
+ *                                                                        memory (docs/pipeline.md)
  *
- * Thread-safety: every function reads only its arguments. Errors: status + strata_last_error(). */
+ * Thread-safety: every function reads only its arguments, except strata_pp_bubble and
+ * strata_pp_peak_act, which keep a memo per thread. Errors: status + strata_last_error(). */
 #ifndef STRATA_SCHEDULE_H
 #define STRATA_SCHEDULE_H
 
@@ -162,7 +165,11 @@ typedef struct strata_pp_timeline {
 } strata_pp_timeline_t;
 
 /* Runs the plan under the semantics above with the given durations: every action starts when its
- * stage is free and its inputs have arrived (a RECV's data p2p_s after its SEND was posted). */
+ * stage is free and its inputs have arrived (a RECV's data p2p_s after its SEND was posted; a
+ * RECV holds its stage until then). Memory: a FWD allocates act_bytes[c], a BWD frees it (keeping
+ * wgt_bytes[c] until the WGT when the plan splits the backward). c may be NULL (every duration 0).
+ * The plan is checked first (strata_pp_check's errors). Errors also: STRATA_ERR_INVALID_ARG for a
+ * negative or non-finite cost; NO_MEMORY. *out is zeroed on failure. */
 STRATA_API strata_status_t strata_pp_simulate(const strata_pp_plan_t *p, const strata_pp_costs_t *c,
                                               strata_pp_timeline_t *out);
 /* Frees count, every spans[s], spans, busy_s, bubble and peak_act (each its own malloc'd block, or
