@@ -11,7 +11,10 @@
 # the grid). Part 1, this machine, 2 ranks (1 BLAS thread each): tp2, dp2, and pp2 with gpipe, 1f1b,
 # interleaved (vp 2), zb-h1, zb-v (vp 2). Part 2 (--emu, needs root): 8 ranks on the emulated
 # cluster (2 racks x 2 hosts x 2 ranks, 800 Mbit/s NICs, 8:1 rack uplinks): tp2 x pp2 x dp2 1f1b,
-# pp2 x dp4 zb-h1, tp2 x dp4, pp4 x dp2 1f1b, tp2 x pp4 1f1b.
+# pp2 x dp4 zb-h1, tp2 x dp4, pp4 x dp2 1f1b, tp2 x pp4 1f1b. Those 8 ranks share this machine's 2
+# cores while the planner gives every rank its own accelerator (and a pipeline stage's bubble lends
+# its core to the busy stages): the step times there are not a fair test of the planner, the
+# bubbles and the ranking are.
 # Prints, per layout: predicted and measured step time (steps 3..N), the error, the measured bubble
 # (mean over stages) beside the schedule's and the planner's; then the mean absolute error of the
 # step time, 1F1B's measured bubble against its prediction, ZB-H1's bubble against 1F1B's (the same

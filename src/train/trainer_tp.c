@@ -27,7 +27,7 @@ strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
     strata_mesh_traffic_gpt(&c->model, ST_MAX(c->batch / dp, 1), c->seq, mc.size, c->sp, c->zero,
                             &mc.traffic);
     ST_TRY(strata_mesh_create(comm, &mc, &t->mesh));
-    if (strata_comm_rank(comm) == 0 && c->progress)
+    if (strata_comm_rank(comm) == 0) // where every dimension landed: one line, even when quiet
         strata_mesh_describe(t->mesh, stderr);
     t->tp = strata_mesh_size(t->mesh, STRATA_DIM_TP);
     t->tp_rank = strata_mesh_coord(t->mesh, STRATA_DIM_TP);
