@@ -14,6 +14,9 @@
 # pp2 x dp4 zb-h1, tp2 x dp4, pp4 x dp2 1f1b, tp2 x pp4 1f1b. Those 8 ranks share this machine's 2
 # cores while the planner gives every rank its own accelerator (and a pipeline stage's bubble lends
 # its core to the busy stages): the step times there are not a fair test of the planner, the
+# bubbles and the ranking are. Those 8 ranks share this machine's 2
+# cores while the planner gives every rank its own accelerator (and a pipeline stage's bubble lends
+# its core to the busy stages): the step times there are not a fair test of the planner, the
 # bubbles and the ranking are.
 # Prints, per layout: predicted and measured step time (steps 3..N), the error, the measured bubble
 # (mean over stages) beside the schedule's and the planner's; then the mean absolute error of the
@@ -71,13 +74,16 @@ PY
 measure() {
     local name=$1 tp=$2 pp=$3 vp=$4 dp=$5 sched=$6 n=$(($2 * $3 * $5))
     local args=(--tp "$tp" --pp "$pp" --vp "$vp" --schedule "$sched")
-    "$S" plan "${PLAN[@]}" --cluster "$cluster" --gpus "$n" --tp "$tp" --pp "$pp" --vp "$vp" \
-        --dp "$dp" --schedule "$sched" --sp off --json >"$out/$name.plan.json"
     $launch "$S launch -n $n -- $enter $S train ${TRAIN[*]} ${args[*]} --metrics $out/$name.jsonl" \
         >"$out/$name.log" 2>&1 || { echo "pp_grid: $name failed:" >&2; tail -5 "$out/$name.log" >&2; exit 1; }
-    $py - "$name" "$out" "$tp" "$pp" "$vp" "$dp" "$sched" >>"$out/rows" <<'PY'
+    # The planner prices the mesh order the trainer's cost model chose (its "mesh:" line).
+    local order
+    order=$(sed -n 's/.*; order \([a-z,]*\) (.*/\1/p' "$out/$name.log" | head -1)
+    "$S" plan "${PLAN[@]}" --cluster "$cluster" --gpus "$n" --tp "$tp" --pp "$pp" --vp "$vp" \
+        --dp "$dp" --schedule "$sched" --sp off ${order:+--order "$order"} --json >"$out/$name.plan.json"
+    $py - "$name" "$out" "$tp" "$pp" "$vp" "$dp" "$sched" "${order:-tp,cp,pp,dp}" >>"$out/rows" <<'PY'
 import json, sys
-name, out, tp, pp, vp, dp, sched = sys.argv[1:]
+name, out, tp, pp, vp, dp, sched, order = sys.argv[1:]
 rows = [json.loads(l) for l in open("%s/%s.jsonl" % (out, name))][2:]
 step = sum(r["step_s"] for r in rows) / len(rows)
 bub = sum(sum(r.get("pp_bubble", [0])) / len(r.get("pp_bubble", [0])) for r in rows) / len(rows)
@@ -85,7 +91,7 @@ pred = sum(sum(r.get("pp_bubble_predicted", [0])) / len(r.get("pp_bubble_predict
            for r in rows) / len(rows)
 plan = json.load(open("%s/%s.plan.json" % (out, name)))
 print(json.dumps({"name": name, "tp": int(tp), "pp": int(pp), "vp": int(vp), "dp": int(dp),
-                  "schedule": sched, "step": step, "plan_step": plan["step_s"], "bubble": bub,
+                  "schedule": sched, "order": order, "step": step, "plan_step": plan["step_s"], "bubble": bub,
                   "bubble_sched": pred, "bubble_plan": plan["bubble_s"] / plan["step_s"]}))
 PY
 }
@@ -97,12 +103,12 @@ summary() { # the rows of one part; the planner's search over the same job
     $py - "$out/rows" "$out/search$n.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-22s %9s %9s %7s %8s %9s %8s" % ("layout", "planned s", "measured", "error", "bubble",
-                                        "schedule", "planner"))
+print("%-22s %-12s %9s %9s %7s %8s %9s %8s" % ("layout", "mesh order", "planned s", "measured",
+                                              "error", "bubble", "schedule", "planner"))
 for r in rows:
     r["err"] = r["plan_step"] / r["step"] - 1
     bub = lambda v: "%.1f%%" % (100 * v) if r["pp"] > 1 else "-"
-    print("%-22s %9.3f %9.3f %+6.1f%% %8s %9s %8s" % (r["name"], r["plan_step"], r["step"],
+    print("%-22s %-12s %9.3f %9.3f %+6.1f%% %8s %9s %8s" % (r["name"], r["order"], r["plan_step"], r["step"],
           100 * r["err"], bub(r["bubble"]), bub(r["bubble_sched"]), bub(r["bubble_plan"])))
 mae = sum(abs(r["err"]) for r in rows) / len(rows)
 print("mean absolute error of the planned step time: %.1f%% over %d layouts" % (100 * mae, len(rows)))
