@@ -92,6 +92,16 @@ STRATA_API strata_harvest_stats_t strata_harvester_stats(const strata_harvester_
 STRATA_API double strata_harvester_step_cost(const strata_harvester_t *h, int id);
 STRATA_API double strata_harvester_progress(const strata_harvester_t *h, int id);
 
+/* ---- shipped side tasks ----------------------------------------------------------------------- */
+
+/* A compute-heavy kernel: one n x n sgemm per step (OpenBLAS), for ever; *self is freed with
+ * strata_side_task_free after the harvester that ran it is destroyed. Errors: INVALID_ARG (n outside
+ * [1, 16384]), NO_MEMORY. */
+STRATA_API strata_status_t strata_side_task_gemm(int n, strata_side_task_ops_t *ops, void **self);
+/* The floating-point operations a gemm side task has done. */
+STRATA_API uint64_t strata_side_task_gemm_flops(const void *self);
+STRATA_API void strata_side_task_free(void *self);
+
 #ifdef __cplusplus
 }
 #endif

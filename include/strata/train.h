@@ -269,6 +269,8 @@ typedef struct strata_train_config {
                               predicted compute of each chunk */
     char pp_svg[1024];     /* the planned and measured pipeline timeline of trace_step as SVG ("" =
                               none) */
+    char harvest[128];     /* side tasks run inside the pipeline's bubbles (strata/harvest.h):
+                              "gemm" (a compute kernel); "" = none */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -279,7 +281,7 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
  * "eval_batches", "val_fraction",
  * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
- * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers"}.
+ * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
 
@@ -370,6 +372,7 @@ typedef struct strata_step_info {
        (idle share of the step) and of the schedule's prediction from the measured durations; each
        stage's in pp_bubble[] / pp_bubble_predicted[] (cfg.pp entries, valid until the next step) */
     double pp_bubble_mean, pp_bubble_predicted_mean;
+    double bubble_s, harvest_s; /* this rank's measured idle time and the side work done in it */
     const double *pp_bubble, *pp_bubble_predicted;
 } strata_step_info_t;
 

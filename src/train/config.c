@@ -50,7 +50,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
-        "schedule", "micro_batch", "pp_layers", "pp_svg", NULL};
+        "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -127,6 +127,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_string(&doc, r, "pp_layers", 0, false, c->pp_layers,
                                    sizeof c->pp_layers), rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "pp_svg", 0, false, c->pp_svg, sizeof c->pp_svg), rc,
+                out);
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "harvest", 0, false, c->harvest, sizeof c->harvest), rc,
                 out);
     s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "schedule", 0, false, s, sizeof s), rc, out);

@@ -102,6 +102,8 @@ void strata_trainer_destroy(strata_trainer_t *t)
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
     strata_pipeline_destroy(t->pipe);
+    strata_harvester_destroy(t->harvester);
+    strata_side_task_free(t->harvest_task);
     strata_tp_group_destroy(t->tpg);
     strata_mesh_destroy(t->mesh);
     free(t->stage_layers);
@@ -241,6 +243,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     strata_model_set_progress(t->model, zero_progress_cb, t);
     if (t->pp > 1)
         ST_TRY(st_trainer_pp_create(t));
+    ST_TRY(st_trainer_harvest_create(t));
     t->nranges = strata_zero_ranges(t->zero, t->ranges, S);
     t->state_count = strata_zero_state_count(t->zero);
     free(t->m);
@@ -534,6 +537,14 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
         const strata_train_config_t *c = &t->cfg;
         bool draw = c->pp_svg[0] && t->step == (c->trace_step <= c->steps ? c->trace_step : c->steps);
         ST_TRY(st_trainer_pp_report(t, &s, draw ? c->pp_svg : NULL));
+        const strata_pp_bubble_t *b;
+        int nb = strata_pipeline_bubbles(t->pipe, &b);
+        for (int i = 0; i < nb; i++)
+            s.bubble_s += b[i].dur_s;
+        if (t->harvester) {
+            s.harvest_s = strata_harvester_stats(t->harvester).harvested_s - t->harvested_before;
+            t->harvested_before += s.harvest_s;
+        }
     }
     s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
     if (t->zero) {
@@ -596,6 +607,9 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
     if (t->pipe)
         snprintf(bubble, sizeof bubble, "| bubble %.0f%% (schedule %.0f%%) ",
                  100 * s->pp_bubble_mean, 100 * s->pp_bubble_predicted_mean);
+    if (t->harvester && s->bubble_s > 0)
+        snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), "| harvested %.0f%% ",
+                 100 * s->harvest_s / s->bubble_s);
     fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
             "ETA %d:%02d:%02d %s%s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
             mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, bubble, slow, link);
@@ -646,6 +660,11 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     if (t->tpg) {
         put_num(f, "tp_comm_s", s->tp_flight_s, 6, false);
         put_num(f, "tp_wait_s", s->tp_wait_s, 6, false);
+    }
+    if (t->pipe) {
+        put_num(f, "bubble_s", s->bubble_s, 6, false);
+        if (t->harvester)
+            put_num(f, "harvest_s", s->harvest_s, 6, false);
     }
     if (t->pipe) { // every stage's bubble, measured and as the schedule predicts it
         const char *key[2] = {"pp_bubble", "pp_bubble_predicted"};

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include "strata/harvest.h"
 #include "strata/mesh.h"
 #include "strata/pipeline.h"
 #include "strata/train.h"
@@ -49,6 +50,9 @@ struct strata_trainer {
     int pp, pp_rank, micro, micro_rows;
     strata_gpt_layers_t *stage_layers;   /* [pp] the chunks of every stage */
     double *pp_bubbles;                  /* [2 pp] the last step's measured | predicted per stage */
+    strata_harvester_t *harvester;       /* side work in the bubbles (cfg.harvest), or NULL */
+    void *harvest_task;                  /* the shipped task it runs */
+    double harvested_before;             /* side-work seconds up to the last step */
     st_straggler_t strag; /* distributed: which rank the others wait for */
     st_slowlink_t links;  /* distributed: which link runs far below the others */
 };
@@ -100,6 +104,9 @@ strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss)
  * (collective over the pipeline); with `svg`, rank 0 also draws the step's planned and measured
  * timelines there. */
 strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s, const char *svg);
+
+/* Sets up the side tasks of cfg.harvest on this stage's bubbles. */
+strata_status_t st_trainer_harvest_create(strata_trainer_t *t);
 
 /* The mean loss of validation batch `batch_index` (this data-parallel rank's rows) through the
  * pipeline's forwards, the same on every rank of the pipeline. */

@@ -241,3 +241,30 @@ strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s,
     strata_pp_timeline_free(&predicted);
     return rc;
 }
+
+/* The pipeline's bubble hook: the predicted idle time goes to the side tasks. */
+static void harvest_bubble(void *ctx, const strata_pp_bubble_t *predicted)
+{
+    strata_trainer_t *t = ctx;
+    if (predicted->dur_s > 0)
+        strata_harvester_bubble(t->harvester, predicted->dur_s, predicted->mem_free);
+}
+
+strata_status_t st_trainer_harvest_create(strata_trainer_t *t)
+{
+    const char *h = t->cfg.harvest;
+    if (!h[0])
+        return STRATA_OK;
+    if (strcmp(h, "gemm") != 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest '%s': the side tasks shipped "
+                        "today are: gemm", h);
+    if (!t->pipe)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest runs side work inside pipeline "
+                        "bubbles: it needs --pp 2 or more");
+    strata_side_task_ops_t ops;
+    ST_TRY(strata_harvester_create(0.25, &t->harvester));
+    ST_TRY(strata_side_task_gemm(256, &ops, &t->harvest_task));
+    ST_TRY(strata_harvester_add(t->harvester, &ops, t->harvest_task, 0, NULL));
+    strata_pipeline_set_bubble_hook(t->pipe, harvest_bubble, t);
+    return STRATA_OK;
+}

@@ -277,6 +277,66 @@ static void test_resume_across_pp(void **state)
     check(ls, sizeof ls / sizeof ls[0], false);
 }
 
+/* Side work in the bubbles (--harvest gemm) does not change the training: the losses of a PP 2
+ * run with and without it are bit-identical, and the side work did run. */
+typedef struct harvest_run {
+    bool harvest;
+    char path[256]; /* rank 0 writes the losses there */
+} harvest_run_t;
+
+static int run_harvest(int rank, int n, void *arg)
+{
+    (void)n;
+    harvest_run_t *h = arg;
+    strata_train_config_t c = config(false, 4);
+    c.pp = 2;
+    c.steps = 10;
+    c.micro_batch = 1;
+    if (h->harvest)
+        snprintf(c.harvest, sizeof c.harvest, "gemm");
+    strata_comm_t *comm = st_test_comm();
+    strata_trainer_t *t = NULL;
+    ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
+    strata_zero_config_t zc = strata_zero_config_default();
+    ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
+    float losses[STEPS] = {0};
+    double harvested = 0;
+    for (int s = 0; s < 10; s++) {
+        strata_step_info_t info;
+        ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
+        losses[s] = info.loss;
+        harvested += info.harvest_s;
+    }
+    if (h->harvest && rank == 0 && !(harvested > 0))
+        return ST_RANK_FAIL("no side work ran in 10 steps of bubbles");
+    if (rank == 0) {
+        FILE *f = fopen(h->path, "wb");
+        if (!f || fwrite(losses, sizeof losses, 1, f) != 1)
+            return ST_RANK_FAIL("cannot write %s", h->path);
+        fclose(f);
+    }
+    strata_trainer_destroy(t);
+    strata_comm_destroy(comm);
+    return 0;
+}
+
+static void test_harvest_identical(void **state)
+{
+    (void)state;
+    harvest_run_t runs[2] = {{false, ""}, {true, ""}};
+    float got[2][STEPS];
+    for (int i = 0; i < 2; i++) {
+        snprintf(runs[i].path, sizeof runs[i].path, "/tmp/mr_train_harvest.%d.%d", (int)getpid(), i);
+        assert_int_equal(st_test_ranks(2, run_harvest, &runs[i], NULL), 0);
+        FILE *f = fopen(runs[i].path, "rb");
+        assert_non_null(f);
+        assert_int_equal(fread(got[i], sizeof got[i], 1, f), 1);
+        fclose(f);
+        unlink(runs[i].path);
+    }
+    assert_memory_equal(got[0], got[1], 10 * sizeof(float));
+}
+
 /* A rank dies in its first bubble of step 3 (while waiting for a neighbour): every other rank's step
  * fails with the communicator's error naming it, within the timeout, and nothing hangs. */
 #define VICTIM 2
@@ -395,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_3d),
         cmocka_unit_test(test_resume_across_pp),
         cmocka_unit_test(test_pipeline_kill),
+        cmocka_unit_test(test_harvest_identical),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

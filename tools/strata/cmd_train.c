@@ -52,6 +52,7 @@ static void usage(FILE *f)
             "  --micro-batch R    rows per micro-batch [1]\n"
             "  --pp-layers 3,3,2  layers per chunk (stages x chunks entries) [balanced]\n"
             "  --pp-svg FILE      the planned and measured pipeline timeline of --trace-step\n"
+            "  --harvest gemm     side work in the pipeline's bubbles (docs/harvest.md)\n"
             "  --plan PLAN.json   the layout of strata plan --json (predict or search): tp, pp,\n"
             "                     vp, zero, schedule, micro-batch, sp, order (flags after it\n"
             "                     override it); the job must have its tp x pp x dp ranks\n"
@@ -192,7 +193,7 @@ int cmd_train(int argc, char **argv)
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -211,6 +212,7 @@ int cmd_train(int argc, char **argv)
         {"no-tp-overlap", 0, 0, O_NOOVERLAP}, {"pp", 1, 0, O_PP},         {"vp", 1, 0, O_VP},
         {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
         {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
+        {"harvest", 1, 0, O_HARVEST},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -289,6 +291,7 @@ int cmd_train(int argc, char **argv)
         case O_MICRO: INT(1, 1 << 20, cfg.micro_batch); break;
         case O_PPLAYERS: snprintf(cfg.pp_layers, sizeof cfg.pp_layers, "%s", optarg); break;
         case O_PPSVG: snprintf(cfg.pp_svg, sizeof cfg.pp_svg, "%s", optarg); break;
+        case O_HARVEST: snprintf(cfg.harvest, sizeof cfg.harvest, "%s", optarg); break;
         case O_PLAN:
             if (strata_train_config_apply_plan(optarg, &cfg, &plan_ranks) < 0)
                 return cmd_fail(NULL, "--plan: %s", strata_last_error());
