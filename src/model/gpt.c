@@ -324,7 +324,8 @@ strata_status_t strata_model_create(const strata_gpt_config_t *cfg, int max_batc
     return strata_model_create_shard(cfg, &none, max_batch, seed, out);
 }
 
-/* The chunks, flags and segments of a shard (m->cfg, m->shard set); allocates m->blk. */
+/* The chunks, flags and segments of a shard (m->cfg, m->shard set), and the storage of its tensor
+ * table (m->blk, m->tensors, m->names, m->seg_off, m->seg_cnt) for build_layout. */
 static strata_status_t set_chunks(strata_gpt_t *m)
 {
     int L = m->cfg.n_layer;
@@ -356,6 +357,13 @@ static strata_status_t set_chunks(strata_gpt_t *m)
     m->seg_block0 = m->has_embed ? 1 : 0;
     m->nseg = m->seg_block0 + m->nblocks + (m->has_head ? 1 : 0);
     m->seg_final = m->has_head ? m->nseg - 1 : -1;
+    int maxt = 5 + 12 * L;
+    m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
+    m->names = calloc((size_t)maxt, 64);
+    m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
+    m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
+    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt)
+        return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
     return STRATA_OK;
 }
 
@@ -445,17 +453,12 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
         strata_model_destroy(m);
         return rc;
     }
-    int L = c.n_layer, tp = shard->tp;
+    int tp = shard->tp;
     m->Cl = c.d_model / tp;
     m->Fl = c.d_ff / tp;
     m->NHl = c.n_head / tp;
     m->Vl = c.vocab / tp;
     m->nslots = shard->slots > 0 ? shard->slots : 1;
-    int maxt = 5 + 12 * L;
-    m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
-    m->names = calloc((size_t)maxt, 64);
-    m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
-    m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
     m->slot = calloc((size_t)m->nslots, sizeof *m->slot);
     bool slots_ok = m->slot != NULL;
     for (int k = 0; slots_ok && k < m->nslots; k++)
@@ -467,7 +470,7 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     size_t scratch = R * C + N * C + 3 * N * Cl + N * Fl + (size_t)c.max_seq * c.max_seq;
     size_t ntp = tp > 1 ? 3 * N * C + 3 * N + 6 * C : 0;
     size_t nacts = m->slot_floats * (size_t)m->nslots + scratch + ntp;
-    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt || !slots_ok)
+    if (!slots_ok)
         goto oom;
     m->P_full = build_layout(m, &c);
     m->params = malloc(m->P * sizeof(float));
@@ -537,15 +540,6 @@ static strata_status_t layout_only(const strata_gpt_config_t *cfg, int tp,
     if (rc < 0) {
         strata_model_destroy(m);
         return rc;
-    }
-    int maxt = 5 + 12 * c.n_layer;
-    m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
-    m->names = calloc((size_t)maxt, 64);
-    m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
-    m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
-    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt) {
-        strata_model_destroy(m);
-        return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
     }
     m->P_full = build_layout(m, &c);
     *out = m;

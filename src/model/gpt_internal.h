@@ -107,13 +107,11 @@ strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, co
 strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, const float *w,
                                   const float *bias, const float *residual, int N, int K, int OC);
 /* Its backward: da[N, K] = dy w (written), dbias += column sums of dy's rows here, and dw += dy^T a
- * when dw is not NULL; otherwise the whole-row dy is copied to keep (N x OC) for st_tp_row_weight. */
+ * when dw is not NULL; otherwise the whole-row dy is copied to keep (N x OC): its weight gradient is
+ * then st_matmul_backward_weight(dw, NULL, keep, a, N, K, OC), every row being here. */
 strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float *dbias,
                                    const float *dy, const float *a, const float *w, int N, int K,
                                    int OC, float *keep);
-/* The weight gradient of a row-parallel layer from the kept whole-row dy: dw += dy^T a. */
-void st_tp_row_weight(strata_gpt_t *m, float *dw, const float *dy, const float *a, int N, int K,
-                      int OC);
 /* Vocabulary-parallel embedding: out[R, C] = wte[tok] + wpe[t], summed over the vocabulary slices. */
 strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const int32_t *tokens,
                                     const float *wte, const float *wpe, int B, int T);

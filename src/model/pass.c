@@ -265,10 +265,10 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
 {
     const block_layout_t *o = &m->bl;
     int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
-    st_tp_row_weight(m, g + o->fc2w, a->dfc2, a->fch_gelu, N, Fl, C);
+    st_matmul_backward_weight(g + o->fc2w, NULL, a->dfc2, a->fch_gelu, N, Fl, C);
     ST_TRY(st_tp_column_weight(m, g + o->fcw, g + o->fcb, a->dfc, a->ln2, N, C, Fl));
     st_model_progress(m);
-    st_tp_row_weight(m, g + o->projw, a->dproj, a->atty, N, Cl, C);
+    st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
     return st_tp_column_weight(m, g + o->qkvw, g + o->qkvb, a->dqkv, a->ln1, N, C, 3 * Cl);
 }
 

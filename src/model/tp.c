@@ -205,13 +205,6 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
     return STRATA_OK;
 }
 
-void st_tp_row_weight(strata_gpt_t *m, float *dw, const float *dy, const float *a, int N, int K,
-                      int OC)
-{
-    (void)m;
-    st_matmul_backward_weight(dw, NULL, dy, a, N, K, OC);
-}
-
 /* ---- vocabulary-parallel embedding ---------------------------------------------------------------- */
 
 strata_status_t st_tp_embed_forward(strata_gpt_t *m, float *out, const int32_t *tokens,

@@ -28,11 +28,8 @@ struct strata_pipeline {
     strata_pp_bubble_t *bubbles;
     int nbubbles, maxbubbles;
     strata_pipeline_stats_t stats;
-    double *dur;           /* [C][3] mean F, B, W of every chunk (gathered after each step) */
-    bool have_durations;
     strata_pp_timeline_t predicted; /* the schedule simulated with the durations */
     bool have_predicted;
-    int at;                /* the action now running */
     strata_pipeline_bubble_fn hook;
     void *hook_ctx;
     strata_status_t err;   /* a request completed with an error by progress, for its wait */
@@ -86,14 +83,13 @@ strata_status_t strata_pipeline_create(strata_comm_t *pp_comm, const strata_pipe
     }
     p->model = cfg->model;
     p->local = malloc((size_t)p->C * sizeof *p->local);
-    p->dur = calloc((size_t)p->C * 3, sizeof *p->dur);
     int n = p->plan.count[p->stage];
     p->rreq = calloc((size_t)n + 1, sizeof *p->rreq);
     p->sreq = calloc((size_t)n + 1, sizeof *p->sreq);
     p->spans = calloc((size_t)n + 1, sizeof *p->spans);
     p->maxbubbles = n + 1;
     p->bubbles = calloc((size_t)p->maxbubbles, sizeof *p->bubbles);
-    if (!p->local || !p->dur || !p->rreq || !p->sreq || !p->spans || !p->bubbles) {
+    if (!p->local || !p->rreq || !p->sreq || !p->spans || !p->bubbles) {
         rc = st_error(STRATA_ERR_NO_MEMORY, "pipeline: out of memory");
         goto fail;
     }
@@ -155,7 +151,6 @@ void strata_pipeline_destroy(strata_pipeline_t *p)
     strata_pp_plan_free(&p->plan);
     strata_pp_timeline_free(&p->predicted);
     free(p->local);
-    free(p->dur);
     free(p->rreq);
     free(p->sreq);
     free(p->spans);
@@ -348,7 +343,8 @@ static strata_status_t run_action(strata_pipeline_t *p, int i, strata_pipeline_b
  * simulated with them: the predicted timeline. Collective over the pipeline. */
 static strata_status_t predict(strata_pipeline_t *p)
 {
-    double *sum = calloc((size_t)p->C * 4, sizeof *sum); // F, B, W sums, and count of F
+    // Per chunk: F, B, W sums and the count of F; then the mean F, B, W of every chunk.
+    double *sum = calloc((size_t)p->C * 7, sizeof *sum);
     if (!sum)
         return st_error(STRATA_ERR_NO_MEMORY, "pipeline: out of memory");
     double cnt[3] = {0};
@@ -370,7 +366,7 @@ static strata_status_t predict(strata_pipeline_t *p)
     strata_status_t rc = strata_allreduce(p->comm, sum, sum, (size_t)p->C * 4, STRATA_DTYPE_F64,
                                           STRATA_OP_SUM);
     if (rc == STRATA_OK) {
-        double *f = p->dur, *b = p->dur + p->C, *w = p->dur + 2 * p->C;
+        double *f = sum + 4 * p->C, *b = f + p->C, *w = b + p->C;
         for (int c = 0; c < p->C; c++) {
             double n = sum[c * 4 + 3] > 0 ? sum[c * 4 + 3] : 1;
             f[c] = sum[c * 4 + 0] / n;
@@ -382,7 +378,6 @@ static strata_status_t predict(strata_pipeline_t *p)
         p->have_predicted = false;
         rc = strata_pp_simulate(&p->plan, &costs, &p->predicted);
         p->have_predicted = rc == STRATA_OK;
-        p->have_durations = true;
     }
     free(sum);
     return rc;
@@ -410,7 +405,6 @@ static strata_status_t run(strata_pipeline_t *p, strata_pipeline_batch_fn batch,
             rc = post_recv(p, i);
     }
     for (int i = 0; i < n && rc == STRATA_OK; i++) {
-        p->at = i;
         if (!fwd_only || forward_part(p->plan.actions[p->stage][i].op))
             rc = run_action(p, i, batch, ctx, loss_sum);
     }

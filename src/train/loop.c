@@ -253,23 +253,8 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     if (!t->m || !t->v)
         return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory for optimizer state");
     ST_TRY(st_straggler_init(&t->strag, t->cfg.straggler_window, N));
-    if (t->tp > 1 || t->pp > 1) { // compare each rank with the ranks of the same TP and PP place
-        double *role = calloc((size_t)N, sizeof *role);
-        int *ri = calloc((size_t)N, sizeof *ri);
-        strata_status_t rc = role && ri ? STRATA_OK : st_error(STRATA_ERR_NO_MEMORY, "train: out "
-                                                               "of memory");
-        if (rc == STRATA_OK) {
-            role[r] = t->pp_rank * t->tp + t->tp_rank;
-            rc = st_trainer_all_sum(t, role, N);
-        }
-        for (int i = 0; rc == STRATA_OK && i < N; i++)
-            ri[i] = (int)role[i];
-        if (rc == STRATA_OK)
-            rc = st_straggler_set_roles(&t->strag, ri, N);
-        free(role);
-        free(ri);
-        ST_TRY(rc);
-    }
+    if (t->tp > 1 || t->pp > 1) // compare each rank with the ranks of the same TP and PP place
+        ST_TRY(st_trainer_straggler_roles(t));
     ST_TRY(init_slowlink(t, comm));
     // One run id for every rank: rank 0's, as two 32-bit halves (exact in a double).
     uint64_t id = strtoull(t->run_id, NULL, 16);
@@ -418,7 +403,7 @@ static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
     double red[2] = {loss, stop_requested(t) ? 1 : 0}, norm = 0;
     ST_TRY(st_trainer_all_sum(t, red, 2)); // every TP and PP rank of a pipeline has its loss
     if (t->tp > 1 || t->pp > 1) {
-        norm = st_trainer_tp_sumsq(t, sh, ns);
+        norm = st_trainer_grad_sumsq(t, sh, ns);
         ST_TRY(st_trainer_all_sum(t, &norm, 1));
         if (t->zcfg.stage == 0) // every data-parallel rank holds every gradient
             norm /= t->dp;
@@ -537,14 +522,6 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
         const strata_train_config_t *c = &t->cfg;
         bool draw = c->pp_svg[0] && t->step == (c->trace_step <= c->steps ? c->trace_step : c->steps);
         ST_TRY(st_trainer_pp_report(t, &s, draw ? c->pp_svg : NULL));
-        const strata_pp_bubble_t *b;
-        int nb = strata_pipeline_bubbles(t->pipe, &b);
-        for (int i = 0; i < nb; i++)
-            s.bubble_s += b[i].dur_s;
-        if (t->harvester) {
-            s.harvest_s = strata_harvester_stats(t->harvester).harvested_s - t->harvested_before;
-            t->harvested_before += s.harvest_s;
-        }
     }
     s.tokens_per_s = (double)t->cfg.batch * t->cfg.seq / s.seconds;
     if (t->zero) {

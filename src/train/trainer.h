@@ -77,15 +77,17 @@ strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
                                       strata_comm_t **dp_comm);
 
 /* This rank's share of the sum of squares of the gradients in shards sh[0..ns): the replicated
- * tensors count 1/tp on each TP rank, so the sum over the world counts them once. */
-double st_trainer_tp_sumsq(const strata_trainer_t *t, const strata_zero_shard_t *sh, int ns);
+ * tensors count 1/tp on each TP rank and a tied copy of wte not at all, so the sum over the world
+ * counts every tensor once. */
+double st_trainer_grad_sumsq(const strata_trainer_t *t, const strata_zero_shard_t *sh, int ns);
 
 /* Scales the per-tensor sums of a LAMB step (wsq, usq) of replicated tensors by 1/tp, then sums
  * both over the TP group. Nothing to do at tp 1. Collective over the TP group. */
 strata_status_t st_trainer_tp_tensor_sums(strata_trainer_t *t, double *wsq, double *usq);
 
-/* Sums n doubles over the TP group (nothing at tp 1). */
-strata_status_t st_trainer_tp_sum(strata_trainer_t *t, double *v, int n);
+/* Every world rank's work for straggler detection: the ranks of one TP and PP place (a pipeline
+ * stage's part of the model) share a role. Needs the mesh. */
+strata_status_t st_trainer_straggler_roles(strata_trainer_t *t);
 
 /* ---- trainer_pp.c: pipeline parallelism ------------------------------------------------------------ */
 
@@ -101,8 +103,8 @@ strata_status_t st_trainer_pp_create(strata_trainer_t *t);
 strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss);
 
 /* After a step: every stage's measured and predicted bubble fraction into t->pp_bubbles and s
- * (collective over the pipeline); with `svg`, rank 0 also draws the step's planned and measured
- * timelines there. */
+ * (collective over the pipeline), this rank's idle and harvested seconds into s; with `svg`, rank 0
+ * also draws the step's planned and measured timelines there. */
 strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s, const char *svg);
 
 /* Sets up the side tasks of cfg.harvest on this stage's bubbles. */

@@ -41,6 +41,14 @@ static strata_status_t write_unsharded(strata_trainer_t *t, const char *path,
     return rc;
 }
 
+/* The floats that stage s's TP parts hold together (the whole model without a pipeline). */
+static size_t stage_floats(const strata_trainer_t *t, int s)
+{
+    return strata_gpt_config_part_nparams(&t->cfg.model, t->tp,
+                                          t->stage_layers ? &t->stage_layers[s] : NULL) *
+           (size_t)t->tp;
+}
+
 /* This rank's shard file: every range it owns as params@off, optim.m@off, optim.v@off. At stage 0
  * (every rank holds everything) rank r writes the r-th of N equal cuts of the arena. */
 static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata_ckpt_meta_t *meta,
@@ -66,8 +74,7 @@ static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata
     // Offsets in the parts of every (stage, TP rank) laid one after another: what assembling reads.
     size_t base = (size_t)t->tp_rank * strata_model_nparams(t->model);
     for (int s = 0; s < t->pp_rank; s++)
-        base += strata_gpt_config_part_nparams(&t->cfg.model, t->tp, &t->stage_layers[s]) *
-                (size_t)t->tp;
+        base += stage_floats(t, s);
     int64_t total = 0;
     for (int i = 0; i < nr; i++) {
         float *src[3] = {rg[i].params, t->m + rg[i].state_offset, t->v + rg[i].state_offset};
@@ -162,10 +169,7 @@ strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *ag
         strata_ckpt_manifest_t m = {.step = t->step, .nranks = N, .tp = t->tp, .pp = t->pp,
                                     .stages = t->stage_layers, .seed = t->cfg.seed};
         for (int s = 0; s < t->pp; s++)
-            m.nparams += (int64_t)(strata_gpt_config_part_nparams(
-                                       &t->cfg.model, t->tp,
-                                       t->stage_layers ? &t->stage_layers[s] : NULL) *
-                                   (size_t)t->tp);
+            m.nparams += (int64_t)stage_floats(t, s);
         snprintf(m.run_id, sizeof m.run_id, "%s", t->run_id);
         strata_train_config_to_json(&t->cfg, m.config, sizeof m.config);
         m.shards = calloc((size_t)N, sizeof *m.shards);

@@ -212,6 +212,14 @@ strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s,
                             STRATA_DTYPE_F64, STRATA_OP_SUM));
     s->pp_bubble = t->pp_bubbles;
     s->pp_bubble_predicted = t->pp_bubbles + P;
+    const strata_pp_bubble_t *b; // this rank's idle time, and the side work done in it
+    int nb = strata_pipeline_bubbles(t->pipe, &b);
+    for (int i = 0; i < nb; i++)
+        s->bubble_s += b[i].dur_s;
+    if (t->harvester) {
+        s->harvest_s = strata_harvester_stats(t->harvester).harvested_s - t->harvested_before;
+        t->harvested_before += s->harvest_s;
+    }
     for (int i = 0; i < P; i++) {
         s->pp_bubble_mean += t->pp_bubbles[i] / P;
         s->pp_bubble_predicted_mean += t->pp_bubbles[P + i] / P;

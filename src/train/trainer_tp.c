@@ -73,7 +73,7 @@ strata_status_t st_trainer_build_mesh(strata_trainer_t *t, strata_comm_t *comm,
     return STRATA_OK;
 }
 
-double st_trainer_tp_sumsq(const strata_trainer_t *t, const strata_zero_shard_t *sh, int ns)
+double st_trainer_grad_sumsq(const strata_trainer_t *t, const strata_zero_shard_t *sh, int ns)
 {
     double ss = 0;
     int nt = strata_model_ntensors(t->model);
@@ -91,7 +91,8 @@ double st_trainer_tp_sumsq(const strata_trainer_t *t, const strata_zero_shard_t 
     return ss;
 }
 
-strata_status_t st_trainer_tp_sum(strata_trainer_t *t, double *v, int n)
+/* Sums n doubles over the TP group (nothing at tp 1). */
+static strata_status_t tp_sum(strata_trainer_t *t, double *v, int n)
 {
     if (t->tp <= 1)
         return STRATA_OK;
@@ -108,5 +109,22 @@ strata_status_t st_trainer_tp_tensor_sums(strata_trainer_t *t, double *wsq, doub
             wsq[k] /= t->tp;
             usq[k] /= t->tp;
         }
-    return st_trainer_tp_sum(t, wsq, 2 * nt); // wsq | usq are one block (strata_trainer_create)
+    return tp_sum(t, wsq, 2 * nt); // wsq | usq are one block (strata_trainer_create)
+}
+
+strata_status_t st_trainer_straggler_roles(strata_trainer_t *t)
+{
+    int *role = malloc((size_t)t->nranks * sizeof *role);
+    if (!role)
+        return st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    for (int d = 0; d < t->dp; d++) // cp is 1 in the trainer
+        for (int p = 0; p < t->pp; p++)
+            for (int k = 0; k < t->tp; k++) {
+                int coord[STRATA_DIM_COUNT] = {[STRATA_DIM_TP] = k, [STRATA_DIM_PP] = p,
+                                               [STRATA_DIM_DP] = d};
+                role[strata_mesh_rank_of(t->mesh, coord)] = p * t->tp + k;
+            }
+    strata_status_t rc = st_straggler_set_roles(&t->strag, role, t->nranks);
+    free(role);
+    return rc;
 }
