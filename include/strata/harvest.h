@@ -9,14 +9,22 @@
  *                                                                             harvester destroyed)
  *
  * The harvester keeps the tasks in a priority queue and, for each bubble it is handed (its predicted
- * length and the memory free), runs steps of the highest-priority task that can go: a task is
- * refused a bubble whose free memory is below what it declares (it is not even initialised), and a
- * step runs only while its learned cost (the longest of its recent steps) times (1 + margin) fits
- * the time left. A step that overruns its learned cost x (1 + margin) benches the task for the next
- * bubble and raises its learned cost. How side work yields on this CPU machine: in-process, between
- * steps, on the rank's own thread while it waits for a neighbour (the pipeline's bubble hook) — no
- * second thread or process competes with the training for the core, and the training resumes at the
- * end of the current step, whose length the harvester bounds (docs/harvest.md).
+ * length, the memory free, and a poll that says when it has ended), runs steps of the
+ * highest-priority task that can go, polling between steps:
+ *   - the bubble ends at once when the poll says so (the training's data arrived), whatever the
+ *     prediction said;
+ *   - a step runs only while its learned cost (the longest of its recent steps) times (1 + margin)
+ *     fits the predicted time left;
+ *   - a task is refused a bubble whose free memory is below what it declares (it is not even
+ *     initialised);
+ *   - a step that overruns its learned cost x (1 + margin) past the bubble's end (the training
+ *     waited for it) benches the task for the next bubble; every overrun raises its learned cost;
+ *   - a step that returns STRATA_INPROGRESS had nothing to do (it waits for something outside):
+ *     the task yields the rest of the bubble to the next one.
+ * How side work yields on this CPU machine: in-process, between steps, on the rank's own thread
+ * while it waits for a neighbour (the pipeline's bubble hook) — no second thread or process
+ * competes with the training for the core, and the training resumes at the end of the current
+ * step, whose length the harvester bounds (docs/harvest.md).
  *
  * Thread-safety: a harvester is used by one thread. Errors: status + strata_last_error(). */
 #ifndef STRATA_HARVEST_H
@@ -36,7 +44,8 @@ typedef struct strata_side_task_ops {
     const char *name;
     size_t mem_bytes;                            /* what init allocates (the refusal's measure) */
     strata_status_t (*init)(void *self);         /* may be NULL */
-    strata_status_t (*step)(void *self);         /* one bounded unit of work (required) */
+    strata_status_t (*step)(void *self);         /* one bounded unit of work (required); returns
+                                                    STRATA_INPROGRESS when it had nothing to do */
     bool (*is_finished)(const void *self);       /* NULL: never (a task that runs for ever) */
     void (*pause)(void *self);                   /* at a bubble's end (may be NULL) */
     void (*resume)(void *self);                  /* at a bubble's start (may be NULL) */
@@ -69,10 +78,18 @@ STRATA_API strata_status_t strata_harvester_add(strata_harvester_t *h,
                                                 const strata_side_task_ops_t *ops, void *self,
                                                 int priority, int *id);
 
-/* One bubble: runs steps for at most budget_s seconds from now (the pipeline's prediction) with
- * mem_free bytes free, under the rules above; returns the seconds of side work done. A task whose
+/* One bubble as the harvester is told it. */
+typedef struct strata_harvest_bubble {
+    double budget_s;          /* its predicted length from now (s) */
+    size_t mem_free;          /* bytes free for side tasks */
+    bool (*over)(void *ctx);  /* polled between steps: true once it has ended (NULL: it lasts
+                                 budget_s) */
+    void *over_ctx;
+} strata_harvest_bubble_t;
+
+/* One bubble: runs steps under the rules above; returns the seconds of side work done. A task whose
  * step fails is stopped (its error logged) and the bubble goes on with the next. */
-STRATA_API double strata_harvester_bubble(strata_harvester_t *h, double budget_s, size_t mem_free);
+STRATA_API double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubble_t *b);
 
 STRATA_API strata_task_state_t strata_harvester_state(const strata_harvester_t *h, int id);
 
@@ -83,7 +100,7 @@ typedef struct strata_harvest_stats {
     uint64_t steps;            /* side-task steps run */
     uint64_t refused_memory;   /* a task refused a bubble for its memory */
     uint64_t overruns;         /* steps longer than their learned cost x (1 + margin) */
-    uint64_t benched;          /* bubbles a task sat out after an overrun */
+    uint64_t benched;          /* bubbles a task sat out after an overrun past a bubble's end */
 } strata_harvest_stats_t;
 
 STRATA_API strata_harvest_stats_t strata_harvester_stats(const strata_harvester_t *h);

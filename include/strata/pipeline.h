@@ -16,8 +16,11 @@
  *
  * Bubbles. While a step runs, strata_pipeline_next_bubble() predicts this stage's next idle
  * interval from the schedule simulated with the durations measured in earlier steps
- * (strata_pp_simulate), and a bubble hook, when set, is called at the start of every wait with that
- * prediction (the bubble-harvesting engine builds on it). After the step, strata_pipeline_bubbles()
+ * (strata_pp_simulate), and a bubble hook, when set, is called at the start of every wait for a
+ * neighbour's data with its predicted length: the longer of the simulated gap and the same wait's
+ * length in the previous step (until the data arrived). Inside the hook,
+ * strata_pipeline_bubble_over() tells at once when the data has arrived (the bubble-harvesting
+ * engine polls it between its steps). After the step, strata_pipeline_bubbles()
  * hands out what was measured, and strata_pipeline_timelines() the measured and the predicted
  * timelines (strata_pp_timeline_svg draws them).
  *
@@ -65,9 +68,10 @@ typedef struct strata_pp_bubble {
     size_t mem_free;         /* bytes of memory available when it began (the system's) */
 } strata_pp_bubble_t;
 
-/* Called at the start of every wait with the predicted bubble (dur_s from the simulation; 0 before
- * the first step's durations are known). The hook must return before the data is needed: it is
- * the caller's to keep it shorter than the prediction. */
+/* Called at the start of every wait for a neighbour's data with the predicted bubble (dur_s: the
+ * longer of the simulated gap and this wait's length in the previous step; 0 when neither is known
+ * yet). The training goes on when the hook returns: it is the hook's to return as soon as
+ * strata_pipeline_bubble_over() says the data arrived, and before the prediction runs out. */
 typedef void (*strata_pipeline_bubble_fn)(void *ctx, const strata_pp_bubble_t *predicted);
 
 /* Creates the executor for this rank's stage: pp_comm's rank is the stage, its size the stage
@@ -99,6 +103,10 @@ STRATA_API void strata_pipeline_progress(strata_pipeline_t *p);
 
 STRATA_API void strata_pipeline_set_bubble_hook(strata_pipeline_t *p, strata_pipeline_bubble_fn fn,
                                                 void *ctx);
+
+/* Inside a bubble hook: true once the data the bubble waits for has arrived (or failed; the wait
+ * that follows reports it), tested without blocking; outside a hook, true. */
+STRATA_API bool strata_pipeline_bubble_over(strata_pipeline_t *p);
 
 /* During a step: this stage's next predicted idle interval after the action now running. Returns
  * false when none is predicted (or nothing is measured yet). */

@@ -120,8 +120,10 @@ static void stop(task_t *t, const char *why)
         t->ops.finalize(t->self);
 }
 
-double strata_harvester_bubble(strata_harvester_t *h, double budget_s, size_t mem_free)
+double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubble_t *b)
 {
+    double budget_s = b->budget_s;
+    size_t mem_free = b->mem_free;
     h->stats.bubbles++;
     h->stats.bubble_s += budget_s > 0 ? budget_s : 0;
     uint64_t t0 = st_now_ns();
@@ -136,7 +138,7 @@ double strata_harvester_bubble(strata_harvester_t *h, double budget_s, size_t me
             h->stats.benched++;
         }
     task_t *t;
-    while (budget_s > 0 && (t = next_task(h, skip))) {
+    while (budget_s > 0 && !(b->over && b->over(b->over_ctx)) && (t = next_task(h, skip))) {
         size_t i = (size_t)(t - h->task);
         double left = budget_s - (double)(st_now_ns() - t0) * 1e-9;
         // The first step is the measurement; after it, the learned cost with its margin must fit.
@@ -171,6 +173,13 @@ double strata_harvester_bubble(strata_harvester_t *h, double budget_s, size_t me
         uint64_t s0 = st_now_ns();
         strata_status_t rc = t->ops.step(t->self);
         double d = (double)(st_now_ns() - s0) * 1e-9;
+        if (rc == STRATA_INPROGRESS) { // nothing to do now: it yields the rest of the bubble
+            skip[i] = true;
+            if (t->ops.pause)
+                t->ops.pause(t->self);
+            t->state = STRATA_TASK_PAUSED;
+            continue;
+        }
         done += d;
         h->stats.steps++;
         learn(t, d);
@@ -184,10 +193,13 @@ double strata_harvester_bubble(strata_harvester_t *h, double budget_s, size_t me
                 t->ops.finalize(t->self);
             continue;
         }
-        if (predicted > 0 && d > predicted * (1 + h->margin)) { // it overran: benched next bubble
+        if (predicted > 0 && d > predicted * (1 + h->margin)) { // it overran its learned cost
             h->stats.overruns++;
-            t->benched = true;
-            skip[i] = true;
+            // Past the bubble's end the training waited for it: benched from the next bubble.
+            if ((double)(st_now_ns() - t0) * 1e-9 > budget_s || (b->over && b->over(b->over_ctx))) {
+                t->benched = true;
+                skip[i] = true;
+            }
         }
         if (t->ops.pause && skip[i])
             t->ops.pause(t->self);

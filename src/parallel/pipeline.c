@@ -32,6 +32,9 @@ struct strata_pipeline {
     bool have_predicted;
     strata_pipeline_bubble_fn hook;
     void *hook_ctx;
+    double *last_wait;            /* [n] the wait for action i's data in the last step (s) */
+    strata_request_t **waiting;   /* the request the hook's bubble waits on */
+    double arrived;               /* when bubble_over first saw it complete (0: not yet) */
     strata_status_t err;   /* a request completed with an error by progress, for its wait */
     char errmsg[512];
 };
@@ -87,9 +90,11 @@ strata_status_t strata_pipeline_create(strata_comm_t *pp_comm, const strata_pipe
     p->rreq = calloc((size_t)n + 1, sizeof *p->rreq);
     p->sreq = calloc((size_t)n + 1, sizeof *p->sreq);
     p->spans = calloc((size_t)n + 1, sizeof *p->spans);
+    p->last_wait = calloc((size_t)n + 1, sizeof *p->last_wait);
     p->maxbubbles = n + 1;
     p->bubbles = calloc((size_t)p->maxbubbles, sizeof *p->bubbles);
-    if (!p->local || !p->rreq || !p->sreq || !p->spans || !p->bubbles) {
+    if (!p->local || !p->rreq || !p->sreq || !p->spans || !p->bubbles ||
+        !p->last_wait) {
         rc = st_error(STRATA_ERR_NO_MEMORY, "pipeline: out of memory");
         goto fail;
     }
@@ -155,6 +160,7 @@ void strata_pipeline_destroy(strata_pipeline_t *p)
     free(p->sreq);
     free(p->spans);
     free(p->bubbles);
+    free(p->last_wait);
     free(p->act_in);
     free(p->grad_in);
     free(p->grad_out);
@@ -206,49 +212,79 @@ bool strata_pipeline_next_bubble(const strata_pipeline_t *p, strata_pp_bubble_t 
     return false;
 }
 
-/* Waits for request *r (a receive of action i, or the step's sends), recording the idle time. */
-static strata_status_t wait_idle(strata_pipeline_t *p, strata_request_t **r,
-                                 const strata_pp_action_t *a)
+/* Tests request *r without blocking; a completed one is released (its error kept for its wait).
+ * Returns true when *r is complete or absent. */
+static bool poll_request(strata_pipeline_t *p, strata_request_t **r)
 {
-    if (!*r) // done already (progress), or never posted
+    bool done = false;
+    if (!*r)
+        return true;
+    strata_status_t rc = strata_request_test(*r, &done);
+    if (!done)
+        return false; // an error not yet final surfaces at the wait
+    *r = NULL;
+    if (rc < 0 && p->err == STRATA_OK) {
+        p->err = rc;
+        snprintf(p->errmsg, sizeof p->errmsg, "%s", strata_last_error());
+    }
+    return true;
+}
+
+/* Waits for request *r (the receive of action i, or one of the step's sends: i = -1), recording the
+ * idle time and the wait's length for the next step's prediction. */
+static strata_status_t wait_idle(strata_pipeline_t *p, strata_request_t **r, int i)
+{
+    const strata_pp_action_t *a = i >= 0 ? &p->plan.actions[p->stage][i] : NULL;
+    if (!*r) { // done already (progress), or never posted
+        if (a)
+            p->last_wait[i] = 0;
         return p->err == STRATA_OK ? STRATA_OK : st_error(p->err, "%s", p->errmsg);
+    }
     strata_pp_bubble_t b = {.start_s = now_s() - p->t0, .waits_for = a ? a->op : STRATA_PP_SEND_ACT,
                             .mb = a ? a->mb : -1, .chunk = a ? a->chunk : -1,
                             .peer = a ? a->peer : -1, .mem_free = mem_free()};
-    if (p->hook) {
+    p->arrived = 0;
+    if (p->hook && a) {
         strata_pp_bubble_t pred = b;
         double d = 0;
-        pred.dur_s = predicted_gap(p, p->nspans, &d) ? d : 0;
+        pred.dur_s = ST_MAX(predicted_gap(p, p->nspans, &d) ? d : 0, p->last_wait[i]);
+        p->waiting = r;
         p->hook(p->hook_ctx, &pred);
+        p->waiting = NULL;
     }
     strata_trace_begin("pipeline", "pp.bubble");
-    strata_status_t rc = strata_request_wait(*r);
+    strata_status_t rc = *r ? strata_request_wait(*r) : STRATA_OK;
+    if (!*r && p->err < 0) // the hook's poll completed it with an error
+        rc = st_error(p->err, "%s", p->errmsg);
     strata_trace_end("pipeline", "pp.bubble");
     *r = NULL;
-    b.dur_s = now_s() - p->t0 - b.start_s;
+    double end = now_s();
+    b.dur_s = end - p->t0 - b.start_s;
+    if (a) // when the data arrived: the poll saw it, or the wait returned
+        p->last_wait[i] = (p->arrived > 0 ? p->arrived : end) - p->t0 - b.start_s;
     if (p->nbubbles < p->maxbubbles)
         p->bubbles[p->nbubbles++] = b;
     return rc;
+}
+
+bool strata_pipeline_bubble_over(strata_pipeline_t *p)
+{
+    if (!p->waiting)
+        return true;
+    if (p->arrived > 0)
+        return true;
+    if (!poll_request(p, p->waiting))
+        return false;
+    p->arrived = now_s();
+    return true;
 }
 
 void strata_pipeline_progress(strata_pipeline_t *p)
 {
     int n = p->plan.count[p->stage];
     for (int i = 0; i < n; i++) { // a completed request stays until its wait, which then returns at once
-        strata_request_t **r[2] = {&p->rreq[i], &p->sreq[i]};
-        for (int k = 0; k < 2; k++) {
-            bool done = false;
-            if (!*r[k])
-                continue;
-            strata_status_t rc = strata_request_test(*r[k], &done);
-            if (!done)
-                continue; // an error not yet final surfaces at the wait
-            *r[k] = NULL;
-            if (rc < 0 && p->err == STRATA_OK) {
-                p->err = rc;
-                snprintf(p->errmsg, sizeof p->errmsg, "%s", strata_last_error());
-            }
-        }
+        poll_request(p, &p->rreq[i]);
+        poll_request(p, &p->sreq[i]);
     }
 }
 
@@ -333,7 +369,7 @@ static strata_status_t run_action(strata_pipeline_t *p, int i, strata_pipeline_b
                             tag(p, 1, mb, c), &p->sreq[i]);
     case STRATA_PP_RECV_ACT:
     case STRATA_PP_RECV_GRAD:
-        return wait_idle(p, &p->rreq[i], a);
+        return wait_idle(p, &p->rreq[i], i);
     default:
         return st_error(STRATA_ERR_INTERNAL, "pipeline: unknown action %d", a->op);
     }
@@ -409,7 +445,7 @@ static strata_status_t run(strata_pipeline_t *p, strata_pipeline_batch_fn batch,
             rc = run_action(p, i, batch, ctx, loss_sum);
     }
     for (int i = 0; i < n && rc == STRATA_OK; i++) // the sends of the step, complete
-        rc = wait_idle(p, &p->sreq[i], NULL);
+        rc = wait_idle(p, &p->sreq[i], -1);
     if (rc < 0)
         release_requests(p);
     return rc;

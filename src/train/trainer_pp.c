@@ -250,12 +250,20 @@ strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s,
     return rc;
 }
 
-/* The pipeline's bubble hook: the predicted idle time goes to the side tasks. */
+static bool bubble_over(void *pipe)
+{
+    return strata_pipeline_bubble_over(pipe);
+}
+
+/* The pipeline's bubble hook: the predicted idle time goes to the side tasks, until the data the
+ * stage waits for arrives. */
 static void harvest_bubble(void *ctx, const strata_pp_bubble_t *predicted)
 {
     strata_trainer_t *t = ctx;
-    if (predicted->dur_s > 0)
-        strata_harvester_bubble(t->harvester, predicted->dur_s, predicted->mem_free);
+    strata_harvest_bubble_t b = {.budget_s = predicted->dur_s, .mem_free = predicted->mem_free,
+                                 .over = bubble_over, .over_ctx = t->pipe};
+    if (b.budget_s > 0)
+        strata_harvester_bubble(t->harvester, &b);
 }
 
 strata_status_t st_trainer_harvest_create(strata_trainer_t *t)

@@ -59,6 +59,13 @@ static void s_final(void *p)
     ((scripted_t *)p)->finals++;
 }
 
+/* A bubble of budget_s seconds with mem bytes free, without a poll. */
+static double bubble(strata_harvester_t *h, double budget_s, size_t mem)
+{
+    strata_harvest_bubble_t b = {.budget_s = budget_s, .mem_free = mem};
+    return strata_harvester_bubble(h, &b);
+}
+
 static strata_side_task_ops_t ops(size_t mem)
 {
     return (strata_side_task_ops_t){.name = "scripted", .mem_bytes = mem, .init = s_init,
@@ -77,19 +84,19 @@ static void test_state_machine(void **state)
     assert_int_equal(strata_harvester_add(h, &o, &s, 0, &id), STRATA_OK);
     assert_int_equal(strata_harvester_state(h, id), STRATA_TASK_CREATED);
     // A bubble of 4 ms: the first step (the measurement), then steps while they fit.
-    strata_harvester_bubble(h, 0.004, 1 << 20);
+    bubble(h, 0.004, 1 << 20);
     assert_int_equal(s.inits, 1);
     assert_true(s.done >= 1 && s.done < 12);
     assert_int_equal(strata_harvester_state(h, id), STRATA_TASK_PAUSED);
     assert_int_equal(s.pauses, 1); // paused at the bubble's end, in the middle of the task
     int after_first = s.done;
     while (strata_harvester_state(h, id) != STRATA_TASK_FINISHED)
-        strata_harvester_bubble(h, 0.5, 1 << 20);
+        bubble(h, 0.5, 1 << 20);
     assert_int_equal(s.done, 12); // resumed with its state: not one step more or less
     assert_true(s.resumes >= 2 && s.done > after_first);
     assert_int_equal(s.inits, 1);
     assert_int_equal(s.finals, 1);
-    strata_harvester_bubble(h, 0.5, 1 << 20); // nothing left to run
+    bubble(h, 0.5, 1 << 20); // nothing left to run
     assert_int_equal(s.done, 12);
     strata_harvest_stats_t st = strata_harvester_stats(h);
     assert_int_equal((int)st.steps, 12);
@@ -107,15 +114,15 @@ static void test_memory_refusal(void **state)
     strata_side_task_ops_t o = ops(1000);
     int id;
     assert_int_equal(strata_harvester_add(h, &o, &s, 0, &id), STRATA_OK);
-    assert_true(strata_harvester_bubble(h, 0.05, 999) == 0.0);
+    assert_true(bubble(h, 0.05, 999) == 0.0);
     assert_int_equal(s.inits, 0); // not even initialised
     assert_int_equal(strata_harvester_state(h, id), STRATA_TASK_CREATED);
     assert_int_equal((int)strata_harvester_stats(h).refused_memory, 1);
-    strata_harvester_bubble(h, 0.05, 1000);
+    bubble(h, 0.05, 1000);
     assert_int_equal(s.inits, 1);
     assert_true(s.done >= 1);
     int done = s.done;
-    strata_harvester_bubble(h, 0.05, 10); // initialised, but this bubble has no room for it
+    bubble(h, 0.05, 10); // initialised, but this bubble has no room for it
     assert_int_equal(s.done, done);
     strata_harvester_destroy(h);
     assert_int_equal(s.finals, 1); // stopped unfinished: finalized
@@ -130,18 +137,107 @@ static void test_overrun_benched(void **state)
     strata_side_task_ops_t o = ops(0);
     int id;
     assert_int_equal(strata_harvester_add(h, &o, &s, 0, &id), STRATA_OK);
-    // Bubbles until the long step has run; the bubble after it runs none of the task's steps.
+    // Bubbles of 20 ms until the long step (40 ms) has run past one's end; the bubble after it
+    // runs none of the task's steps.
     int guard = 0;
     while (s.done < s.long_step && guard++ < 100)
-        strata_harvester_bubble(h, 0.2, 1 << 20);
+        bubble(h, 0.02, 1 << 20);
     assert_int_equal(s.done, s.long_step); // the overrun ends the task's bubble at once
     assert_true(strata_harvester_stats(h).overruns >= 1);
-    strata_harvester_bubble(h, 0.2, 1 << 20);
+    bubble(h, 0.2, 1 << 20);
     assert_int_equal(s.done, s.long_step); // benched
-    assert_true(strata_harvester_stats(h).benched >= 1);
+    assert_int_equal((int)strata_harvester_stats(h).benched, 1);
     assert_true(strata_harvester_step_cost(h, id) >= 0.035); // it learned the long step
-    strata_harvester_bubble(h, 0.2, 1 << 20);
+    bubble(h, 0.2, 1 << 20);
     assert_true(s.done > s.long_step); // back after one bubble out
+    strata_harvester_destroy(h);
+}
+
+/* An overrun that still ends inside its bubble cost the training nothing: not benched, but its
+ * learned cost rises, so a bubble too short for it is left alone. */
+static void test_overrun_inside(void **state)
+{
+    (void)state;
+    strata_harvester_t *h = NULL;
+    assert_int_equal(strata_harvester_create(0.25, &h), STRATA_OK);
+    scripted_t s = {.long_step = 3};
+    strata_side_task_ops_t o = ops(0);
+    int id;
+    assert_int_equal(strata_harvester_add(h, &o, &s, 0, &id), STRATA_OK);
+    bubble(h, 0.08, 1 << 20); // the 40 ms step ends at about 42 ms, inside the bubble; then
+    // 40 ms x 1.25 no longer fits
+    assert_true(s.done >= s.long_step);
+    strata_harvest_stats_t st = strata_harvester_stats(h);
+    assert_int_equal((int)st.overruns, 1);
+    assert_int_equal((int)st.benched, 0);
+    int done = s.done;
+    bubble(h, 0.03, 1 << 20); // 40 ms x 1.25 does not fit 30 ms
+    assert_int_equal(s.done, done);
+    bubble(h, 0.2, 1 << 20); // not benched: it goes again where it fits
+    assert_true(s.done > done);
+    strata_harvester_destroy(h);
+}
+
+typedef struct poll {
+    int calls, over_after;
+} poll_t;
+
+static bool p_over(void *ctx)
+{
+    poll_t *p = ctx;
+    return ++p->calls > p->over_after;
+}
+
+/* The poll ends the bubble at once, long before the prediction runs out. */
+static void test_poll_ends_bubble(void **state)
+{
+    (void)state;
+    strata_harvester_t *h = NULL;
+    assert_int_equal(strata_harvester_create(0.25, &h), STRATA_OK);
+    scripted_t s = {0};
+    strata_side_task_ops_t o = ops(0);
+    int id;
+    assert_int_equal(strata_harvester_add(h, &o, &s, 0, &id), STRATA_OK);
+    poll_t p = {.over_after = 3}; // over at the 4th poll: after 3 steps
+    strata_harvest_bubble_t b = {.budget_s = 10, .mem_free = 1 << 20, .over = p_over,
+                                 .over_ctx = &p};
+    double done = strata_harvester_bubble(h, &b);
+    assert_int_equal(s.done, 3);
+    assert_true(done < 1.0);
+    assert_int_equal(strata_harvester_state(h, id), STRATA_TASK_PAUSED);
+    assert_int_equal(s.pauses, 1);
+    strata_harvester_destroy(h);
+}
+
+/* A step with nothing to do (STRATA_INPROGRESS) yields the bubble to the next task. */
+typedef struct idle {
+    int calls;
+} idle_t;
+
+static strata_status_t i_step(void *p)
+{
+    ((idle_t *)p)->calls++;
+    return STRATA_INPROGRESS;
+}
+
+static void test_idle_yields(void **state)
+{
+    (void)state;
+    strata_harvester_t *h = NULL;
+    assert_int_equal(strata_harvester_create(0.25, &h), STRATA_OK);
+    idle_t w = {0};
+    scripted_t s = {.steps_total = 3};
+    strata_side_task_ops_t oi = {.name = "waiting", .step = i_step}, o = ops(0);
+    int wid;
+    assert_int_equal(strata_harvester_add(h, &oi, &w, 9, &wid), STRATA_OK);
+    assert_int_equal(strata_harvester_add(h, &o, &s, 0, NULL), STRATA_OK);
+    bubble(h, 0.5, 1 << 20);
+    assert_int_equal(w.calls, 1); // asked once per bubble, then passed over
+    assert_int_equal(s.done, 3);
+    assert_int_equal(strata_harvester_state(h, wid), STRATA_TASK_PAUSED);
+    assert_int_equal((int)strata_harvester_stats(h).steps, 3); // an idle step is not work
+    bubble(h, 0.5, 1 << 20);
+    assert_int_equal(w.calls, 2);
     strata_harvester_destroy(h);
 }
 
@@ -157,7 +253,7 @@ static void test_priorities(void **state)
     assert_int_equal(strata_harvester_add(h, &o, &lo, 0, NULL), STRATA_OK);
     assert_int_equal(strata_harvester_add(h, &o, &hi, 5, NULL), STRATA_OK);
     for (int i = 0; i < 10 && n < 4; i++)
-        strata_harvester_bubble(h, 0.5, 1 << 20);
+        bubble(h, 0.5, 1 << 20);
     assert_int_equal(n, 4);
     assert_int_equal(log[0], 2);
     assert_int_equal(log[1], 2);
@@ -177,6 +273,9 @@ int main(void)
         cmocka_unit_test(test_state_machine),
         cmocka_unit_test(test_memory_refusal),
         cmocka_unit_test(test_overrun_benched),
+        cmocka_unit_test(test_overrun_inside),
+        cmocka_unit_test(test_poll_ends_bubble),
+        cmocka_unit_test(test_idle_yields),
         cmocka_unit_test(test_priorities),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
