@@ -138,7 +138,8 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
             h->stats.benched++;
         }
     task_t *t;
-    while (budget_s > 0 && !(b->over && b->over(b->over_ctx)) && (t = next_task(h, skip))) {
+    bool ended = b->over && b->over(b->over_ctx); // polled once after every step
+    while (budget_s > 0 && !ended && (t = next_task(h, skip))) {
         size_t i = (size_t)(t - h->task);
         double left = budget_s - (double)(st_now_ns() - t0) * 1e-9;
         // The first step is the measurement; after it, the learned cost with its margin must fit.
@@ -173,6 +174,7 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
         uint64_t s0 = st_now_ns();
         strata_status_t rc = t->ops.step(t->self);
         double d = (double)(st_now_ns() - s0) * 1e-9;
+        ended = b->over && b->over(b->over_ctx);
         if (rc == STRATA_INPROGRESS) { // nothing to do now: it yields the rest of the bubble
             skip[i] = true;
             if (t->ops.pause)
@@ -196,7 +198,7 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
         if (predicted > 0 && d > predicted * (1 + h->margin)) { // it overran its learned cost
             h->stats.overruns++;
             // Past the bubble's end the training waited for it: benched from the next bubble.
-            if ((double)(st_now_ns() - t0) * 1e-9 > budget_s || (b->over && b->over(b->over_ctx))) {
+            if ((double)(st_now_ns() - t0) * 1e-9 > budget_s || ended) {
                 t->benched = true;
                 skip[i] = true;
             }

