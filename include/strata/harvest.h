@@ -109,6 +109,10 @@ STRATA_API strata_harvest_stats_t strata_harvester_stats(const strata_harvester_
 STRATA_API double strata_harvester_step_cost(const strata_harvester_t *h, int id);
 STRATA_API double strata_harvester_progress(const strata_harvester_t *h, int id);
 
+/* One task's account: its steps run and the seconds they took (idle steps not counted). */
+STRATA_API uint64_t strata_harvester_task_steps(const strata_harvester_t *h, int id);
+STRATA_API double strata_harvester_task_seconds(const strata_harvester_t *h, int id);
+
 /* ---- shipped side tasks ----------------------------------------------------------------------- */
 
 /* A compute-heavy kernel: one n x n sgemm per step (OpenBLAS), for ever; *self is freed with

@@ -311,6 +311,11 @@ STRATA_API size_t strata_model_slot_floats(const strata_gpt_t *m);
  * tensor parallelism: B x T x vocab/tp, this rank's vocabulary slice. */
 STRATA_API const float *strata_model_logits(const strata_gpt_t *m);
 
+/* The next token from one row of logits: the largest at temperature <= 0, else a draw from
+ * softmax(logits / temperature) advancing the random stream *rng (the same stream, the same text). */
+STRATA_API int strata_sample_token(const float *logits, int vocab, double temperature,
+                                   uint64_t *rng);
+
 /* Backward pass of the last forward (which must have had targets): OVERWRITES the gradient arena
  * with d(mean loss)/d(params). Under data parallelism with N equal row shards, averaging the
  * ranks' gradients (and losses) gives exactly the one-process mean. Errors: STRATA_ERR_INVALID_ARG

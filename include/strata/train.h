@@ -269,8 +269,8 @@ typedef struct strata_train_config {
                               predicted compute of each chunk */
     char pp_svg[1024];     /* the planned and measured pipeline timeline of trace_step as SVG ("" =
                               none) */
-    char harvest[128];     /* side tasks run inside the pipeline's bubbles (strata/harvest.h):
-                              "gemm" (a compute kernel); "" = none */
+    char harvest[128];     /* side tasks run inside the pipeline's bubbles (strata/harvest.h), in
+                              priority order: "eval,sample,data,gemm" or any of them; "" = none */
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -373,6 +373,13 @@ typedef struct strata_step_info {
        stage's in pp_bubble[] / pp_bubble_predicted[] (cfg.pp entries, valid until the next step) */
     double pp_bubble_mean, pp_bubble_predicted_mean;
     double bubble_s, harvest_s; /* this rank's measured idle time and the side work done in it */
+    /* side passes finished at this step (--harvest eval / sample): the validation loss of the
+       snapshot taken after step side_val_step (0: none finished), the text generated from the
+       snapshot of side_sample_step (NULL: none; on the rank holding it, rank 0) */
+    double side_val_loss;
+    int64_t side_val_step;
+    const char *side_sample;
+    int64_t side_sample_step;
     const double *pp_bubble, *pp_bubble_predicted;
 } strata_step_info_t;
 

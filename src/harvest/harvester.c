@@ -16,6 +16,8 @@ typedef struct task {
     double recent[RECENT]; /* the last step durations */
     int nrecent, at;
     bool benched;          /* sits out the next bubble (it overran) */
+    uint64_t steps;        /* steps run, and their seconds */
+    double seconds;
 } task_t;
 
 struct strata_harvester {
@@ -184,6 +186,8 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
         }
         done += d;
         h->stats.steps++;
+        t->steps++;
+        t->seconds += d;
         learn(t, d);
         if (rc < 0) {
             stop(t, strata_last_error());
@@ -239,4 +243,14 @@ double strata_harvester_progress(const strata_harvester_t *h, int id)
     if (id < 0 || id >= h->n || !h->task[id].ops.progress)
         return -1;
     return h->task[id].ops.progress(h->task[id].self);
+}
+
+uint64_t strata_harvester_task_steps(const strata_harvester_t *h, int id)
+{
+    return id >= 0 && id < h->n ? h->task[id].steps : 0;
+}
+
+double strata_harvester_task_seconds(const strata_harvester_t *h, int id)
+{
+    return id >= 0 && id < h->n ? h->task[id].seconds : 0;
 }

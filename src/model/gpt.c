@@ -184,19 +184,11 @@ size_t strata_gpt_config_nparams(const strata_gpt_config_t *cfg)
 
 /* ---- deterministic initialisation ---------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void fill_normal(float *x, size_t n, float std, uint64_t *s)
 {
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(splitmix(s) >> 11) + 1.0) * 0x1.0p-53;
-        double u2 = (double)(splitmix(s) >> 11) * 0x1.0p-53;
+        double u1 = ((double)(st_splitmix(s) >> 11) + 1.0) * 0x1.0p-53;
+        double u2 = (double)(st_splitmix(s) >> 11) * 0x1.0p-53;
         double r = sqrt(-2.0 * log(u1));
         x[i] = (float)(r * cos(2 * M_PI * u2) * std);
         if (i + 1 < n)

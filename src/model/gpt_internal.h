@@ -125,4 +125,13 @@ strata_status_t st_tp_xent_forward(strata_gpt_t *m, slot_t *sl, float *loss, int
  * each rank saw its own rows). Nothing to do otherwise. */
 strata_status_t st_tp_reduce_replicated(strata_gpt_t *m, int seg);
 
+/* SplitMix64: the model's deterministic random stream (initialisation, sampling). */
+static inline uint64_t st_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 #endif

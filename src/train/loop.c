@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/json.h"
 #include "strata/topo.h"
 #include "strata/trace.h"
 #include "train/trainer.h"
@@ -102,8 +103,7 @@ void strata_trainer_destroy(strata_trainer_t *t)
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
     strata_pipeline_destroy(t->pipe);
-    strata_harvester_destroy(t->harvester);
-    strata_side_task_free(t->harvest_task);
+    st_trainer_harvest_destroy(t);
     strata_tp_group_destroy(t->tpg);
     strata_mesh_destroy(t->mesh);
     free(t->stage_layers);
@@ -580,13 +580,16 @@ static void progress(const strata_trainer_t *t, const strata_step_info_t *s, dou
         snprintf(link, sizeof link, "| slow link: rank %d -> %d (%.2f MB/s, others %.1f) ",
                  s->slow_link_from, s->slow_link_to, (double)s->slow_link_MBps,
                  (double)s->slow_link_median_MBps);
-    char bubble[64] = "";
+    char bubble[192] = "";
     if (t->pipe)
         snprintf(bubble, sizeof bubble, "| bubble %.0f%% (schedule %.0f%%) ",
                  100 * s->pp_bubble_mean, 100 * s->pp_bubble_predicted_mean);
-    if (t->harvester && s->bubble_s > 0)
-        snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), "| harvested %.0f%% ",
-                 100 * s->harvest_s / s->bubble_s);
+    if (t->harvester && s->bubble_s > 0) {
+        char tasks[96];
+        st_trainer_harvest_snprint(t, tasks, sizeof tasks);
+        snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), "| harvested %.0f%% (%s) ",
+                 100 * s->harvest_s / s->bubble_s, tasks);
+    }
     fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
             "ETA %d:%02d:%02d %s%s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
             mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, bubble, slow, link);
@@ -604,6 +607,29 @@ static void put_num(FILE *f, const char *key, double v, int prec, bool g)
         fprintf(f, ",\"%s\":%.*g", key, prec, v);
     else
         fprintf(f, ",\"%s\":%.*f", key, prec, v);
+}
+
+/* The side tasks (--harvest): each one's steps and seconds so far, and the side passes finished at
+ * this step. */
+static void write_side(const strata_trainer_t *t, FILE *f, const strata_step_info_t *s)
+{
+    if (!t->harvester)
+        return;
+    fputs(",\"side\":{", f);
+    for (int i = 0; i < t->nside; i++)
+        fprintf(f, "%s\"%s\":{\"steps\":%" PRIu64 ",\"s\":%.6f}", i ? "," : "", t->side[i].name,
+                strata_harvester_task_steps(t->harvester, t->side[i].id),
+                strata_harvester_task_seconds(t->harvester, t->side[i].id));
+    fputc('}', f);
+    if (s->side_val_step > 0) {
+        put_num(f, "side_val_loss", s->side_val_loss, 6, false);
+        fprintf(f, ",\"side_val_step\":%" PRId64, s->side_val_step);
+    }
+    if (s->side_sample) {
+        fputs(",\"side_sample\":", f);
+        st_json_write_string(f, s->side_sample);
+        fprintf(f, ",\"side_sample_step\":%" PRId64, s->side_sample_step);
+    }
 }
 
 /* The checkpoint written after a step: which (NULL: none) and its wall time. */
@@ -643,6 +669,7 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
         if (t->harvester)
             put_num(f, "harvest_s", s->harvest_s, 6, false);
     }
+    write_side(t, f, s);
     if (t->pipe) { // every stage's bubble, measured and as the schedule predicts it
         const char *key[2] = {"pp_bubble", "pp_bubble_predicted"};
         const double *v[2] = {s->pp_bubble, s->pp_bubble_predicted};
@@ -686,6 +713,21 @@ static strata_status_t memory_checkpoint(strata_trainer_t *t, step_ckpt_t *ck)
     return STRATA_OK;
 }
 
+/* Rank 0 prints the side passes finished at this step (the progress line goes on below). */
+static void print_side(const strata_trainer_t *t, const strata_step_info_t *s)
+{
+    if (t->rank != 0 || (s->side_val_step <= 0 && !s->side_sample))
+        return;
+    if (t->cfg.progress)
+        fputc('\n', stderr);
+    if (s->side_val_step > 0)
+        fprintf(stderr, "strata train: step %" PRId64 ": side eval of step %" PRId64 ": val_loss "
+                "%.4f\n", s->step, s->side_val_step, s->side_val_loss);
+    if (s->side_sample)
+        fprintf(stderr, "strata train: step %" PRId64 ": side sample of step %" PRId64 ": %s\n",
+                s->step, s->side_sample_step, s->side_sample);
+}
+
 strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
 {
     const strata_train_config_t *c = &t->cfg;
@@ -716,6 +758,8 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
                 rc = rc2;
         }
         ST_TRY(rc);
+        if (t->harvester && (t->step == c->steps || s.stop)) // the side passes end with the run
+            ST_TRY(st_trainer_harvest_finish(t, &s));
         if (losses)
             losses[s.step - 1] = s.loss;
         total_s += s.seconds;
@@ -724,12 +768,15 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
                                                (t->peak_gflops * 1e9 * t->nranks) : 0;
         double eta = (double)(c->steps - t->step) * total_s / (double)(t->step - first);
         double val = NAN;
-        if (c->eval_every > 0 && (t->step % c->eval_every == 0 || t->step == c->steps))
+        // With the eval side task the evaluation runs in the bubbles, but the last step's here.
+        if (c->eval_every > 0 && (t->step == c->steps ||
+                                  (t->step % c->eval_every == 0 && !t->side_eval)))
             val = eval_loss(t);
         if (c->progress)
             progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
+        print_side(t, &s);
         // The step's checkpoint, then its metrics line (which says what was written, how fast).
         bool stop = s.stop && t->step < c->steps;
         bool disk = c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||

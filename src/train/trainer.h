@@ -10,6 +10,7 @@
 #include "strata/mesh.h"
 #include "strata/pipeline.h"
 #include "strata/train.h"
+#include "train/side_tasks.h"
 #include "train/slowlink.h"
 #include "train/straggler.h"
 
@@ -50,8 +51,14 @@ struct strata_trainer {
     int pp, pp_rank, micro, micro_rows;
     strata_gpt_layers_t *stage_layers;   /* [pp] the chunks of every stage */
     double *pp_bubbles;                  /* [2 pp] the last step's measured | predicted per stage */
-    strata_harvester_t *harvester;       /* side work in the bubbles (cfg.harvest), or NULL */
-    void *harvest_task;                  /* the shipped task it runs */
+    /* side work in the bubbles (cfg.harvest; trainer_harvest.c) */
+    strata_harvester_t *harvester;       /* NULL: none */
+    st_side_chain_t *side_eval, *side_sample;
+    st_side_data_t *side_data;
+    void *side_gemm;
+    struct { const char *name; int id; } side[ST_MAX_SIDE_TASKS]; /* in priority order */
+    int nside;
+    int64_t side_pass_step[2];           /* the snapshot eval's | sample's pass runs on (0: none) */
     double harvested_before;             /* side-work seconds up to the last step */
     st_straggler_t strag; /* distributed: which rank the others wait for */
     st_slowlink_t links;  /* distributed: which link runs far below the others */
@@ -107,12 +114,26 @@ strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss)
  * also draws the step's planned and measured timelines there. */
 strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s, const char *svg);
 
-/* Sets up the side tasks of cfg.harvest on this stage's bubbles. */
-strata_status_t st_trainer_harvest_create(strata_trainer_t *t);
 
 /* The mean loss of validation batch `batch_index` (this data-parallel rank's rows) through the
  * pipeline's forwards, the same on every rank of the pipeline. */
 strata_status_t st_trainer_pp_eval(strata_trainer_t *t, int64_t batch_index, float *loss);
+
+/* ---- trainer_harvest.c: side work in the bubbles --------------------------------------------------- */
+
+/* Sets up the side tasks of cfg.harvest (in priority order) on this stage's bubbles. Collective
+ * over the pipeline (eval and sample split its communicator). */
+strata_status_t st_trainer_harvest_create(strata_trainer_t *t);
+void st_trainer_harvest_destroy(strata_trainer_t *t);
+/* After a step (every rank): the side work done in it into s; with eval or sample, every rank
+ * agrees whether the side passes are over (their results into s) and, at an evaluation step (every
+ * step without --eval-every), starts new ones on a snapshot of this step's parameters. Collective. */
+strata_status_t st_trainer_harvest_report(strata_trainer_t *t, strata_step_info_t *s);
+/* At the run's last step: finishes the side passes still running (every rank together), their
+ * results into s (the last step's). Collective. */
+strata_status_t st_trainer_harvest_finish(strata_trainer_t *t, strata_step_info_t *s);
+/* The side tasks and their progress, "eval 40%, gemm", for the progress line. */
+void st_trainer_harvest_snprint(const strata_trainer_t *t, char *out, size_t size);
 
 /* A fresh run id (16 hex digits) from the system's entropy. */
 void st_trainer_new_run_id(char out[17]);

@@ -176,8 +176,10 @@ strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss)
     const strata_train_config_t *c = &t->cfg;
     int rows = c->batch / t->dp;
     strata_trace_begin("data", "batch");
-    strata_status_t rc = strata_data_batch(t->data, 0, c->seed, t->step + 1, t->dp_rank * rows,
-                                           rows, c->seq, t->tokens, t->targets);
+    strata_status_t rc = STRATA_OK; // read by the data side task already, or read here
+    if (!t->side_data || !st_side_data_take(t->side_data, t->step + 1, &t->tokens, &t->targets))
+        rc = strata_data_batch(t->data, 0, c->seed, t->step + 1, t->dp_rank * rows, rows, c->seq,
+                               t->tokens, t->targets);
     strata_trace_end("data", "batch");
     ST_TRY(rc);
     strata_model_zero_grads(t->model);
@@ -216,10 +218,8 @@ strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s,
     int nb = strata_pipeline_bubbles(t->pipe, &b);
     for (int i = 0; i < nb; i++)
         s->bubble_s += b[i].dur_s;
-    if (t->harvester) {
-        s->harvest_s = strata_harvester_stats(t->harvester).harvested_s - t->harvested_before;
-        t->harvested_before += s->harvest_s;
-    }
+    if (t->harvester)
+        ST_TRY(st_trainer_harvest_report(t, s));
     for (int i = 0; i < P; i++) {
         s->pp_bubble_mean += t->pp_bubbles[i] / P;
         s->pp_bubble_predicted_mean += t->pp_bubbles[P + i] / P;
@@ -248,39 +248,4 @@ strata_status_t st_trainer_pp_report(strata_trainer_t *t, strata_step_info_t *s,
     strata_pp_timeline_free(&measured);
     strata_pp_timeline_free(&predicted);
     return rc;
-}
-
-static bool bubble_over(void *pipe)
-{
-    return strata_pipeline_bubble_over(pipe);
-}
-
-/* The pipeline's bubble hook: the predicted idle time goes to the side tasks, until the data the
- * stage waits for arrives. */
-static void harvest_bubble(void *ctx, const strata_pp_bubble_t *predicted)
-{
-    strata_trainer_t *t = ctx;
-    strata_harvest_bubble_t b = {.budget_s = predicted->dur_s, .mem_free = predicted->mem_free,
-                                 .over = bubble_over, .over_ctx = t->pipe};
-    if (b.budget_s > 0)
-        strata_harvester_bubble(t->harvester, &b);
-}
-
-strata_status_t st_trainer_harvest_create(strata_trainer_t *t)
-{
-    const char *h = t->cfg.harvest;
-    if (!h[0])
-        return STRATA_OK;
-    if (strcmp(h, "gemm") != 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest '%s': the side tasks shipped "
-                        "today are: gemm", h);
-    if (!t->pipe)
-        return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest runs side work inside pipeline "
-                        "bubbles: it needs --pp 2 or more");
-    strata_side_task_ops_t ops;
-    ST_TRY(strata_harvester_create(0.25, &t->harvester));
-    ST_TRY(strata_side_task_gemm(256, &ops, &t->harvest_task));
-    ST_TRY(strata_harvester_add(t->harvester, &ops, t->harvest_task, 0, NULL));
-    strata_pipeline_set_bubble_hook(t->pipe, harvest_bubble, t);
-    return STRATA_OK;
 }

@@ -277,11 +277,14 @@ static void test_resume_across_pp(void **state)
     check(ls, sizeof ls / sizeof ls[0], false);
 }
 
-/* Side work in the bubbles (--harvest gemm) does not change the training: the losses of a PP 2
- * run with and without it are bit-identical, and the side work did run. */
+/* Side work in the bubbles (--harvest eval,sample,data,gemm) does not change the training: the
+ * losses of a PP 2 run with and without it are bit-identical; the side work ran; the eval side
+ * task's validation loss of its snapshot equals the blocking evaluation's at that step; the sample
+ * side task generated its text. */
 typedef struct harvest_run {
     bool harvest;
-    char path[256]; /* rank 0 writes the losses there */
+    char path[256];    /* rank 0 writes the losses there */
+    char metrics[256]; /* and its metrics there */
 } harvest_run_t;
 
 static int run_harvest(int rank, int n, void *arg)
@@ -292,23 +295,18 @@ static int run_harvest(int rank, int n, void *arg)
     c.pp = 2;
     c.steps = 10;
     c.micro_batch = 1;
+    c.eval_every = 4;
+    c.eval_batches = 2;
+    snprintf(c.metrics, sizeof c.metrics, "%s", h->metrics);
     if (h->harvest)
-        snprintf(c.harvest, sizeof c.harvest, "gemm");
+        snprintf(c.harvest, sizeof c.harvest, "eval,sample,data,gemm");
     strata_comm_t *comm = st_test_comm();
     strata_trainer_t *t = NULL;
     ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
     strata_zero_config_t zc = strata_zero_config_default();
     ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
     float losses[STEPS] = {0};
-    double harvested = 0;
-    for (int s = 0; s < 10; s++) {
-        strata_step_info_t info;
-        ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
-        losses[s] = info.loss;
-        harvested += info.harvest_s;
-    }
-    if (h->harvest && rank == 0 && !(harvested > 0))
-        return ST_RANK_FAIL("no side work ran in 10 steps of bubbles");
+    ST_RANK_CHECK_OK(strata_trainer_run(t, losses));
     if (rank == 0) {
         FILE *f = fopen(h->path, "wb");
         if (!f || fwrite(losses, sizeof losses, 1, f) != 1)
@@ -320,13 +318,54 @@ static int run_harvest(int rank, int n, void *arg)
     return 0;
 }
 
+/* The value of "key": in the metrics line of `step` (its text up to the next , or }); false if none. */
+static bool metric_at(const char *path, int step, const char *key, char *out, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    char line[8192], want[32], k[64];
+    snprintf(want, sizeof want, "{\"step\":%d,", step);
+    snprintf(k, sizeof k, "\"%s\":", key);
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *v = strncmp(line, want, strlen(want)) == 0 ? strstr(line, k) : NULL;
+        if (v) {
+            v += strlen(k);
+            snprintf(out, size, "%.*s", (int)strcspn(v, ",}"), v);
+            found = true;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The sum over the metrics lines of one number after `key` (the harvested seconds). */
+static double metric_sum(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    char line[8192], k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    double sum = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *v = strstr(line, k);
+        if (v)
+            sum += atof(v + strlen(k));
+    }
+    if (f)
+        fclose(f);
+    return sum;
+}
+
 static void test_harvest_identical(void **state)
 {
     (void)state;
-    harvest_run_t runs[2] = {{false, ""}, {true, ""}};
+    harvest_run_t runs[2] = {{.harvest = false}, {.harvest = true}};
     float got[2][STEPS];
     for (int i = 0; i < 2; i++) {
         snprintf(runs[i].path, sizeof runs[i].path, "/tmp/mr_train_harvest.%d.%d", (int)getpid(), i);
+        snprintf(runs[i].metrics, sizeof runs[i].metrics, "/tmp/mr_train_harvest.%d.%d.jsonl",
+                 (int)getpid(), i);
+        unlink(runs[i].metrics);
         assert_int_equal(st_test_ranks(2, run_harvest, &runs[i], NULL), 0);
         FILE *f = fopen(runs[i].path, "rb");
         assert_non_null(f);
@@ -335,6 +374,27 @@ static void test_harvest_identical(void **state)
         unlink(runs[i].path);
     }
     assert_memory_equal(got[0], got[1], 10 * sizeof(float));
+    assert_true(metric_sum(runs[1].metrics, "harvest_s") > 0); // side work ran
+    // The eval side task's pass (finished in the bubbles, or at the last step) on the snapshot of
+    // step 4 or 8: the blocking evaluation's loss at that step, to the metrics' 6 decimals.
+    char side_step[32] = "", side[32] = "", blocking[32] = "";
+    int at = 0;
+    for (int s = 1; s <= 10 && !at; s++)
+        if (metric_at(runs[1].metrics, s, "side_val_step", side_step, sizeof side_step))
+            at = s;
+    assert_true(at > 0);
+    assert_true(metric_at(runs[1].metrics, at, "side_val_loss", side, sizeof side));
+    assert_true(atoi(side_step) == 4 || atoi(side_step) == 8);
+    assert_true(metric_at(runs[0].metrics, atoi(side_step), "val_loss", blocking, sizeof blocking));
+    assert_string_equal(side, blocking);
+    char text[256] = "";
+    bool sampled = false;
+    for (int s = 1; s <= 10 && !sampled; s++)
+        sampled = metric_at(runs[1].metrics, s, "side_sample", text, sizeof text);
+    assert_true(sampled);
+    assert_true(strlen(text) >= 2 + 64 - 1); // "...": 64 generated bytes (some escaped)
+    unlink(runs[0].metrics);
+    unlink(runs[1].metrics);
 }
 
 /* A rank dies in its first bubble of step 3 (while waiting for a neighbour): every other rank's step

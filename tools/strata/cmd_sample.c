@@ -2,21 +2,12 @@
  * cmd_load_model reads: a directory, a shard file, an unsharded or exported file). */
 #include <getopt.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strata/cmd.h"
 #include "strata/train.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 int cmd_sample(int argc, char **argv)
 {
@@ -55,7 +46,6 @@ int cmd_sample(int argc, char **argv)
         return 1;
     int T = cfg.max_seq, V = cfg.vocab, n = 0;
     int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(strlen(prompt) + ntok + 1));
-    float *prob = malloc(sizeof(float) * (size_t)V);
     for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
         ctx[n++] = *p;
     fputs(prompt, stdout);
@@ -67,34 +57,13 @@ int cmd_sample(int argc, char **argv)
             rc = cmd_fail(NULL, "%s", strata_last_error());
             break;
         }
-        const float *lg = strata_model_logits(m) + (size_t)(len - 1) * V;
-        int next = 0;
-        if (temp <= 0) {
-            for (int i = 1; i < V; i++)
-                next = lg[i] > lg[next] ? i : next;
-        } else {
-            float mx = lg[0];
-            for (int i = 1; i < V; i++)
-                mx = lg[i] > mx ? lg[i] : mx;
-            double sum = 0;
-            for (int i = 0; i < V; i++)
-                sum += prob[i] = expf((lg[i] - mx) / (float)temp);
-            double u = (double)(rng_next(&rs) >> 11) * 0x1.0p-53 * sum, acc = 0;
-            next = V - 1;
-            for (int i = 0; i < V; i++) {
-                acc += prob[i];
-                if (u < acc) {
-                    next = i;
-                    break;
-                }
-            }
-        }
+        int next = strata_sample_token(strata_model_logits(m) + (size_t)(len - 1) * V, V, temp,
+                                       &rs);
         ctx[n++] = next;
         putchar(next);
     }
     putchar('\n');
     free(ctx);
-    free(prob);
     strata_model_destroy(m);
     return rc;
 }
