@@ -60,6 +60,11 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
     ST_TRY_GOTO(strata_gpt_config_validate(&t->cfg.model), rc, fail);
+    if (cfg->harvest[0] && cfg->pp < 2) {
+        rc = st_error(STRATA_ERR_INVALID_ARG, "train: --harvest runs side work inside pipeline "
+                      "bubbles: it needs --pp 2 or more");
+        goto fail;
+    }
     ST_TRY_GOTO(strata_model_create(&t->cfg.model, cfg->batch, cfg->seed, &t->model), rc, fail);
     ST_TRY_GOTO(strata_data_open(cfg->data, cfg->val_fraction, &t->data), rc, fail);
     size_t P = t->state_count = strata_model_nparams(t->model), BT = (size_t)cfg->batch * cfg->seq;

@@ -4,8 +4,11 @@
 # metrics carrying every stage's measured and predicted bubble, and --pp-svg drawing the planned
 # and measured timeline of one step; every step's loss matches the one-process run's (1e-4);
 # --resume continues from step 10 on 4 ranks as --pp 4 with ZB-H1 and matches steps 11-20;
-# `strata sample` reads the pipelined checkpoint. Refused with a clear message: --pp 2 in one
-# process, --pp 3 on 4 ranks, zb-v with one chunk per stage, --pp-layers that do not add up.
+# `strata sample` reads the pipelined checkpoint. --harvest eval,sample,data,gemm on PP 2: the same
+# losses, rank 0 prints the side eval and sample lines, the metrics carry each side task's work.
+# Refused with a clear message: --pp 2 in one process, --pp 3 on 4 ranks, zb-v with one chunk per
+# stage, --pp-layers that do not add up, an unknown side task, --harvest without a pipeline, --harvest
+# eval with --tp 2.
 # (tests/mr/mr_train_parallel.c covers every schedule and layout; this is the command.)
 # Usage: train_pp.sh path/to/strata
 set -euo pipefail
@@ -35,6 +38,20 @@ same_losses "resumed as pp 4, zb-h1" "$W/resumed.jsonl" 11 20
 "$S" sample --ckpt "$W/ck" --prompt "Tale 7." --tokens 20 --temperature 0 >/dev/null &&
     echo "sample: ok" || { echo "sample: FAIL"; fail=1; }
 
+"$S" launch -n 2 -- "$S" train "${A[@]}" --quiet --pp 2 --micro-batch 2 --eval-every 5 \
+    --harvest eval,sample,data,gemm --metrics "$W/harvest.jsonl" 2>"$W/harvest.log" ||
+    { cat "$W/harvest.log"; exit 1; }
+same_losses "pp 2 with every side task" "$W/harvest.jsonl" 1 20
+grep -q "\[r0\] strata train: step [0-9]*: side eval of step [0-9]*: val_loss [0-9.]*" "$W/harvest.log" &&
+    grep -q "\[r0\] strata train: step [0-9]*: side sample of step [0-9]*: " "$W/harvest.log" &&
+    echo "side results printed: ok" || { echo "side results printed: FAIL"; cat "$W/harvest.log"; fail=1; }
+grep -q '"side":{"eval":{"steps":[0-9]*,"s":[0-9.]*},"sample":{.*},"data":{.*},"gemm":{"steps":[1-9]' \
+    "$W/harvest.jsonl" && grep -q '"side_val_loss":[0-9.]*,"side_val_step":[0-9]*' "$W/harvest.jsonl" &&
+    echo "side work in metrics: ok" || { echo "side work in metrics: FAIL"; tail -1 "$W/harvest.jsonl"; fail=1; }
+
+expect_error "--harvest unknown" "unknown side task 'nap'" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --harvest gemm,nap
+expect_error "--harvest without --pp" "needs --pp 2 or more" "$S" train "${A[@]}" --harvest gemm
+expect_error "--harvest eval with --tp 2" "tensor-parallel part" "$S" launch -n 4 -- "$S" train "${A[@]}" --pp 2 --tp 2 --harvest eval
 expect_error "one process --pp 2" "needs 2 ranks" "$S" train "${A[@]}" --pp 2
 expect_error "--pp 3 on 4 ranks" "does not divide 4 ranks" "$S" launch -n 4 -- "$S" train "${A[@]}" --pp 3
 expect_error "zb-v with --vp 1" "chunks per stage" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --schedule zb-v
