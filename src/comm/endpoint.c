@@ -16,6 +16,8 @@
 
 #include "base/base.h"
 #include "comm/algo/reduce_op.h"
+#include "comm/bootstrap/rendezvous.h"
+#include "comm/bootstrap/store_proto.h"
 #include "comm/endpoint.h"
 #include "comm/transport/transport.h"
 #include "comm/watchdog.h"
@@ -306,6 +308,51 @@ static strata_status_t store_barrier(st_ep_t *ep)
     return STRATA_OK;
 }
 
+/* A job met at a launcher's meeting place learns what makes it unique only there: the job id (which
+ * names shared-memory segments and keys the peers' handshake) gets the store's address hashed on. */
+static strata_status_t unique_job_id(st_ep_t *ep, const char *addr)
+{
+    uint32_t h = 2166136261u; // FNV-1a
+    for (const char *p = addr; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    size_t n = strlen(ep->job_id);
+    snprintf(ep->job_id + n, sizeof ep->job_id - n, "-%08x", (unsigned)h);
+    return STRATA_OK;
+}
+
+/* Rank 0 of a job that serves its store starts it; the store's address into addr. When the
+ * address names the launcher's meeting place (rendezvous.h), the store takes a free port, rank 0
+ * publishes where it is and the others look it up. */
+static strata_status_t open_store(st_ep_t *ep, const strata_comm_config_t *cfg, char *addr,
+                                  size_t size)
+{
+    bool meet = st_rdzv_scheme(cfg->store_addr);
+    if (!meet)
+        snprintf(addr, size, "%s", cfg->store_addr);
+    if (meet && cfg->rank != 0) {
+        ST_TRY(st_rdzv_lookup(cfg->store_addr, addr, size, ep->timeout_ms));
+        return unique_job_id(ep, addr);
+    }
+    if (!cfg->host_store || cfg->rank != 0)
+        return STRATA_OK;
+    ST_TRY(st_store_server_open(meet ? ":0" : cfg->store_addr, ep->secret, &ep->server));
+    ST_TRY(st_store_server_start_thread(ep->server));
+    if (!meet)
+        return STRATA_OK;
+    // Where the others reach rank 0: torchrun's master address (rank 0 runs on the master node),
+    // else this host's name.
+    char host[256] = "";
+    int port = 0;
+    if (!strncmp(cfg->store_addr, "torch:", 6))
+        st_store_split_addr(cfg->store_addr + 6, host, sizeof host, &port);
+    else
+        gethostname(host, sizeof host - 1);
+    snprintf(addr, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+             st_store_server_port(ep->server));
+    ST_TRY(st_rdzv_publish(cfg->store_addr, addr, ep->timeout_ms));
+    return unique_job_id(ep, addr);
+}
+
 strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, st_ep_t **out)
 {
     *out = NULL;
@@ -339,11 +386,9 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, 
     snprintf(me->path, sizeof me->path, "%s", path);
     st_log_set_rank(cfg->rank);
 
-    if (cfg->host_store && cfg->rank == 0) {
-        ST_TRY_GOTO(st_store_server_open(cfg->store_addr, ep->secret, &ep->server), rc, fail);
-        ST_TRY_GOTO(st_store_server_start_thread(ep->server), rc, fail);
-    }
-    ST_TRY_GOTO(st_store_connect_at(cfg->store_addr, ep->secret, cfg->rank, path, ep->timeout_ms,
+    char store_addr[320];
+    ST_TRY_GOTO(open_store(ep, cfg, store_addr, sizeof store_addr), rc, fail);
+    ST_TRY_GOTO(st_store_connect_at(store_addr, ep->secret, cfg->rank, path, ep->timeout_ms,
                                     &ep->store),
                 rc, fail);
     for (int i = 0; i < ST_NTP; i++)

@@ -35,6 +35,7 @@
 #include <strings.h>
 
 #include "base/base.h"
+#include "comm/bootstrap/rendezvous.h"
 #include "strata/comm.h"
 
 #define DEFAULT_MASTER_PORT 29500
@@ -252,6 +253,69 @@ static strata_status_t read_master_port(int *port)
     return STRATA_OK;
 }
 
+/* The first host of a Slurm host list ("n[03-05,9],m1" -> "n03"). */
+static bool first_host(const char *list, char *out, size_t size)
+{
+    size_t n = strcspn(list, ",[");
+    if (n == 0 || n >= size)
+        return false;
+    memcpy(out, list, n);
+    out[n] = 0;
+    if (list[n] != '[')
+        return true;
+    size_t d = strspn(list + n + 1, "0123456789"); // the first number, zero padding kept
+    if (d == 0 || n + d >= size)
+        return false;
+    memcpy(out + n, list + n + 1, d);
+    out[n + d] = 0;
+    return true;
+}
+
+/* Under srun without a PMI plugin: task 0's node and a port only this job step uses. srun's block
+ * and cyclic distributions put task 0 on the step's first node; an arbitrary one on the hostfile's
+ * first line. The port is the step's first reserved one (SLURM_STEP_RESV_PORTS, from Slurm's
+ * MpiParams=ports=) or one derived from the job and step ids in 20000..59999. */
+static strata_status_t slurm_store(const char **addr, int *port)
+{
+    char host[256] = "";
+    const char *dist = env("SLURM_DISTRIBUTION"), *hf = env("SLURM_HOSTFILE");
+    FILE *f = dist && !strncmp(dist, "arbitrary", 9) && hf ? fopen(hf, "r") : NULL;
+    if (f) {
+        if (!fgets(host, sizeof host, f))
+            host[0] = 0;
+        host[strcspn(host, " \t\r\n")] = 0;
+        fclose(f);
+    }
+    const char *nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST")
+                                                   : env("SLURM_JOB_NODELIST");
+    if (!host[0] && !(nodes && first_host(nodes, host, sizeof host)))
+        return st_error(STRATA_ERR_INVALID_ARG, "under Slurm (SLURM_PROCID is set) but neither "
+                        "SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST names the step's nodes: start "
+                        "the program with srun, or set MASTER_ADDR and MASTER_PORT");
+    const char *resv = env("SLURM_STEP_RESV_PORTS");
+    const char *job = env("SLURM_JOB_ID"), *stepid = env("SLURM_STEP_ID");
+    if (resv && isdigit((unsigned char)resv[0])) {
+        *port = atoi(resv);
+    } else {
+        uint32_t h = 2166136261u; // FNV-1a over "job.step"
+        for (const char *p = job ? job : ""; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        h = (h ^ '.') * 16777619u;
+        for (const char *p = stepid ? stepid : ""; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        *port = 20000 + (int)(h % 40000);
+    }
+    return compose_addr("the Slurm step's first node", host, *port, addr);
+}
+
+/* torchrun hosts its own store on MASTER_ADDR:MASTER_PORT (its default static rendezvous): strata
+ * then meets there rather than listening on the same port. */
+static bool torch_agent_store(void)
+{
+    const char *v = env("TORCHELASTIC_USE_AGENT_STORE");
+    return v && (!strcasecmp(v, "true") || !strcmp(v, "1"));
+}
+
 static strata_status_t read_store(int launcher, const char **addr, int *port)
 {
     const char *sa = st_knob_str("STRATA_STORE_ADDR");
@@ -264,30 +328,32 @@ static strata_status_t read_store(int launcher, const char **addr, int *port)
     if (host) {
         *port = DEFAULT_MASTER_PORT;
         ST_TRY(read_master_port(port));
+        if (torch_agent_store()) {
+            ST_TRY(compose_addr("MASTER_ADDR", host, *port, addr));
+            memmove(store_buf + 6, store_buf, strlen(store_buf) + 1); // "torch:" + host:port
+            memcpy(store_buf, "torch:", 6);
+            return STRATA_OK;
+        }
         return compose_addr("MASTER_ADDR", host, *port, addr);
-    }
-    const char *launch_ip = env("SLURM_LAUNCH_NODE_IPADDR");
-    if (launcher == LAUNCHER_SLURM && launch_ip) {
-        if (!env("MASTER_PORT"))
-            return st_error(STRATA_ERR_INVALID_ARG,
-                            "no store port: under Slurm strata uses SLURM_LAUNCH_NODE_IPADDR=%s "
-                            "with MASTER_PORT, which is not set; set MASTER_PORT (or "
-                            "STRATA_STORE_ADDR=host:port, or MASTER_ADDR)",
-                            launch_ip);
-        ST_TRY(read_master_port(port));
-        return compose_addr("SLURM_LAUNCH_NODE_IPADDR", launch_ip, *port, addr);
     }
     if (env("MASTER_PORT"))
         return st_error(STRATA_ERR_INVALID_ARG, "MASTER_PORT is set but MASTER_ADDR is not; set "
                                                 "MASTER_ADDR (or STRATA_STORE_ADDR=host:port)");
+    if (env("PMIX_NAMESPACE") && env("PMIX_RANK")) { // Open MPI, srun --mpi=pmix, PRRTE
+        *addr = "pmix:";
+        return STRATA_OK;
+    }
+    if (launcher == LAUNCHER_PMI && env("PMI_FD") && !env("SLURM_STEP_ID")) { // Hydra's PMI-1
+        *addr = "pmi:";
+        return STRATA_OK;
+    }
+    if (env("SLURM_STEP_ID") && (launcher == LAUNCHER_SLURM || launcher == LAUNCHER_PMI))
+        return slurm_store(addr, port);
     return st_error(STRATA_ERR_INVALID_ARG,
-                    "no bootstrap store address: set STRATA_STORE_ADDR=host:port, or MASTER_ADDR "
-                    "(with MASTER_PORT, default %d)%s",
-                    DEFAULT_MASTER_PORT,
-                    launcher == LAUNCHER_SLURM
-                        ? "; under Slurm, e.g. MASTER_ADDR=$(scontrol show hostnames "
-                          "\"$SLURM_JOB_NODELIST\" | head -n1)"
-                        : "");
+                    "no bootstrap store address: started by %s (%s is set), which offers no place "
+                    "to meet (no MASTER_ADDR, PMIx, PMI_FD or Slurm step); set "
+                    "STRATA_STORE_ADDR=host:port, or MASTER_ADDR (with MASTER_PORT, default %d)",
+                    launchers[launcher].who, launchers[launcher].rank_var, DEFAULT_MASTER_PORT);
 }
 
 /* STRATA_STORE_EXTERNAL: unset/0/false/no or 1/true/yes. Read with getenv: it is set by launchers
@@ -342,6 +408,8 @@ strata_status_t strata_comm_config_from_env(strata_comm_config_t *cfg)
     ST_TRY(read_external(&external));
     ST_TRY(read_store(launcher, &c.store_addr, &port));
     ST_TRY(read_job_id(c.store_addr, port, &c.job_id));
+    if (st_rdzv_scheme(c.store_addr) && c.job_id == job_buf) // the store's address completes it
+        snprintf(job_buf, sizeof job_buf, "%.*s", (int)strcspn(c.store_addr, ":"), c.store_addr);
     // Only the process that must serve the store gets host_store, so a communicator may act on
     // the flag without looking at the rank.
     c.host_store = c.rank == 0 && !external;

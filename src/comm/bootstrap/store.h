@@ -78,6 +78,10 @@ void st_store_server_atfork_child(st_store_server_t *srv);
 
 /* ---- client ------------------------------------------------------------------------------------ */
 
+/* A blocking TCP connection to "host:port", retrying (the server may start after us) until the
+ * deadline (st_deadline_ms); the rendezvous clients use it too. */
+strata_status_t st_store_dial(const char *addr, uint64_t deadline, long long timeout_ms, int *fd_out);
+
 /* Connects (retrying until timeout_ms, as the server may start later), sends HELLO with the secret
  * and identity (rank -1 for tools), and waits for the server's acceptance. A refused hello is
  * STRATA_ERR_REMOTE with the server's reason. timeout_ms (< 0 = never) also bounds how long later

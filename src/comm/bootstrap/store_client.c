@@ -325,8 +325,7 @@ static int try_connect(const struct addrinfo *ai, uint64_t deadline, int *err)
     return fd;
 }
 
-/* Connects to the store, retrying (the store may start after us) until the deadline. */
-static strata_status_t dial(const char *addr, uint64_t deadline, long long timeout_ms, int *fd_out)
+strata_status_t st_store_dial(const char *addr, uint64_t deadline, long long timeout_ms, int *fd_out)
 {
     char host[ST_STORE_HOST_MAX], port[16];
     int p;
@@ -389,7 +388,7 @@ strata_status_t st_store_connect_at(const char *addr, const char *secret, int ra
     st->timeout_ms = timeout_ms;
     uint64_t deadline = st_deadline_ms(timeout_ms);
     strata_status_t rc;
-    ST_TRY_GOTO(dial(addr, deadline, timeout_ms, &st->fd), rc, fail_nofd);
+    ST_TRY_GOTO(st_store_dial(addr, deadline, timeout_ms, &st->fd), rc, fail_nofd);
 
     char host[64] = "";
     gethostname(host, sizeof host - 1);
