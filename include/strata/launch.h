@@ -142,6 +142,10 @@ typedef struct strata_launch_opts {
     bool prefix;          /* "[r<rank>] " before every output line */
     int max_restarts;     /* restart the whole job after a failure up to this many times */
     const char *diag_dir; /* where dumps go; NULL: $STRATA_DIAG_DIR, else a temporary directory */
+    const char *bind;     /* each rank's CPUs (--bind-to): "core" (rank r on the r-th core of the
+                             CPUs the launcher may use; NUMA nodes, else none, when the ranks
+                             outnumber the cores), "numa" (blocks of ranks per NUMA node) or
+                             "none"; NULL: "core" */
     char *const *argv;    /* PROGRAM ARGS..., NULL-terminated; PROGRAM is looked up in PATH */
 } strata_launch_opts_t;
 

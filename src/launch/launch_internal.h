@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sched.h>
 #include <sys/types.h>
 
 /* ---- procfs.c ---- */
@@ -48,5 +49,18 @@ bool st_stream_read(st_stream_t *s);
 
 /* Ends a partial last line, closes the fd and frees the buffer; no-op when already closed. */
 void st_stream_close(st_stream_t *s);
+
+/* ---- binding.c: the ranks' CPUs ---- */
+
+typedef enum { ST_BIND_NONE, ST_BIND_CORE, ST_BIND_NUMA } st_bind_t;
+
+/* "none", "core", "numa"; and back (false for anything else). */
+const char *st_bind_name(st_bind_t b);
+bool st_bind_parse(const char *s, st_bind_t *out);
+
+/* Each rank's CPUs for policy `want` within the CPUs this process may use: a core each when there
+ * are as many cores (else NUMA nodes, else none, saying why in `why`), or NUMA nodes in blocks of
+ * ranks. Returns the policy applied; sets[0..nranks) is filled unless it is NONE. */
+st_bind_t st_bind_sets(st_bind_t want, int nranks, cpu_set_t *sets, char *why, size_t size);
 
 #endif

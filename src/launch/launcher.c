@@ -99,6 +99,8 @@ typedef struct launcher {
      * before each spawn (a vfork child must not allocate or touch the parent's environ). */
     char **envp;
     char rank_kv[32], local_kv[32];
+    cpu_set_t *cpus;       /* [nranks] each rank's CPUs, or NULL: not bound */
+    int spawning;          /* the rank being started (read by the vfork child) */
 
     char diag_dir[PATH_MAX];
     bool diag_temp; /* a directory the launcher made, removed after a clean run */
@@ -546,6 +548,8 @@ static void child_exec(launcher_t *L, int out_w, int err_w, int in_fd, pid_t par
         dup2(err_w, 2);
     }
     sigaction(SIGPIPE, &L->saved[4], NULL);
+    if (L->cpus)
+        sched_setaffinity(0, sizeof(cpu_set_t), &L->cpus[L->spawning]);
     execvpe(L->opt.argv[0], L->opt.argv, L->envp);
     int err = errno;
     dprintf(2, "strata launch: cannot run '%s': %s\n", L->opt.argv[0], strerror(err));
@@ -587,6 +591,7 @@ static bool spawn_rank(launcher_t *L, int r)
     int in_fd = (r == 0 && L->stdin_to_rank0) ? 0 : L->devnull;
     snprintf(L->rank_kv, sizeof L->rank_kv, "RANK=%d", r);
     snprintf(L->local_kv, sizeof L->local_kv, "LOCAL_RANK=%d", r);
+    L->spawning = r;
     pid_t pid = start_child(L, po[1], pe[1], in_fd);
     if (pid < 0) {
         int err = errno;
@@ -908,9 +913,32 @@ static bool decide(launcher_t *L, strata_verdict_t *v)
     return keep;
 }
 
+/* The ranks' CPUs under the --bind-to policy (a coarser one, or none, when the ranks outnumber the
+ * cores: said once). */
+static strata_status_t setup_binding(launcher_t *L)
+{
+    st_bind_t want;
+    const char *b = L->opt.bind ? L->opt.bind : "core";
+    if (!st_bind_parse(b, &want))
+        return st_error(STRATA_ERR_INVALID_ARG, "--bind-to '%s': expected core, numa or none", b);
+    if (want == ST_BIND_NONE)
+        return STRATA_OK;
+    if (!(L->cpus = calloc((size_t)L->opt.nranks, sizeof *L->cpus)))
+        return st_error(STRATA_ERR_NO_MEMORY, "out of memory for %d ranks", L->opt.nranks);
+    char why[160];
+    st_bind_t got = st_bind_sets(want, L->opt.nranks, L->cpus, why, sizeof why);
+    if (why[0])
+        note(L, "--bind-to %s: %s", st_bind_name(want), why);
+    if (got == ST_BIND_NONE) {
+        free(L->cpus);
+        L->cpus = NULL;
+    }
+    return STRATA_OK;
+}
+
 strata_launch_opts_t strata_launch_opts_default(void)
 {
-    return (strata_launch_opts_t){.nranks = 1, .timeout_ms = -1, .prefix = true};
+    return (strata_launch_opts_t){.nranks = 1, .timeout_ms = -1, .prefix = true, .bind = "core"};
 }
 
 static void launcher_free(launcher_t *L)
@@ -923,6 +951,7 @@ static void launcher_free(launcher_t *L)
             st_stream_close(&L->streams[i]);
     free(L->streams);
     free(L->procs);
+    free(L->cpus);
     free(L->envp);
     free(L);
 }
@@ -968,6 +997,7 @@ static strata_status_t launcher_init(launcher_t *L, int *code)
     // Rank 0 reads the launcher's stdin when it is a file or a pipe (as mpirun does); a terminal
     // cannot be read from a background process group, so then every rank reads /dev/null.
     L->stdin_to_rank0 = !isatty(0);
+    ST_TRY(setup_binding(L));
     ST_TRY(setup_diag_dir(L));
     ST_TRY(setup_mem_dir(L));
     return setup_signals(L);

@@ -31,6 +31,9 @@ static void usage(FILE *f)
         "  --diag-dir DIR      where ranks write failure dumps (default $STRATA_DIAG_DIR, else a\n"
         "                      temporary directory, removed unless the job failed)\n"
         "  --no-prefix         pass rank output through untouched instead of prefixing\n"
+        "  --bind-to WHAT      each rank's CPUs: core (rank r on the r-th core the launcher may\n"
+        "                      use, as mpirun; NUMA nodes when the ranks outnumber the cores),\n"
+        "                      numa (blocks of ranks per NUMA node) or none [core]\n"
         "                      each line with \"[r<rank>] \"\n"
         "  -h, --help          this text\n"
         "\n"
@@ -57,7 +60,7 @@ static int usage_error(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputs("\nusage: strata launch -n N [--tcp] [--timeout-ms T] [--max-restarts K] [--diag-dir DIR]"
-          " [--no-prefix] [--] PROGRAM [ARGS...]\n(see `strata launch --help`)\n",
+          " [--no-prefix] [--bind-to core|numa|none] [--] PROGRAM [ARGS...]\n(see `strata launch --help`)\n",
           stderr);
     return 2;
 }
@@ -130,6 +133,10 @@ static int parse_args(int argc, char **argv, strata_launch_opts_t *o)
             if (!cmd_parse_int(v, 0, 1000000, &x))
                 return usage_error("--max-restarts wants a count in [0, 1000000], got '%s'", v);
             o->max_restarts = (int)x;
+        } else if ((v = option_value(argc, argv, &i, "--bind-to", &missing))) {
+            if (strcmp(v, "core") && strcmp(v, "numa") && strcmp(v, "none"))
+                return usage_error("--bind-to wants core, numa or none, got '%s'", v);
+            o->bind = v;
         } else if ((v = option_value(argc, argv, &i, "--diag-dir", &missing))) {
             if (!*v)
                 return usage_error("%s", "--diag-dir wants a directory");
