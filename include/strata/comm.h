@@ -102,6 +102,10 @@ STRATA_API strata_comm_config_t strata_comm_config_default(void);
  * environment or static storage. Errors name the variable that is missing or malformed. */
 STRATA_API strata_status_t strata_comm_config_from_env(strata_comm_config_t *cfg);
 
+/* The launcher whose rank variables this process has ("strata launch, torchrun", "Open MPI",
+ * "MPICH", "Slurm"), or NULL when none: for messages that suggest starting under one. */
+STRATA_API const char *strata_comm_launcher(void);
+
 /* Creates the world communicator; collective over all nranks processes. On failure *out is NULL and
  * nothing leaks. Release with strata_comm_destroy(). */
 STRATA_API strata_status_t strata_comm_create(const strata_comm_config_t *cfg,

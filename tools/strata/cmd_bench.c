@@ -654,9 +654,8 @@ int cmd_bench(int argc, char **argv)
         return rc;
 
     strata_comm_t *comm = NULL;
-    if (strata_comm_create_from_env(&comm) != STRATA_OK)
-        return cmd_fail("run it under a launcher: strata launch -n 2 -- strata bench allreduce",
-                        "bench: cannot create the communicator: %s", strata_last_error());
+    if (cmd_comm_from_env("bench", "strata launch -n 2 -- strata bench allreduce", &comm) != 0)
+        return 1;
     int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
     if (has_root(o.coll) && o.root >= nranks) {
         if (rank == 0)

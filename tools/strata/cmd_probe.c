@@ -68,9 +68,8 @@ int cmd_probe(int argc, char **argv)
         }
     }
     strata_comm_t *comm;
-    if (strata_comm_create_from_env(&comm) != STRATA_OK)
-        return cmd_fail("run it under a launcher: strata launch -n N -- strata probe", "%s",
-                        strata_last_error());
+    if (cmd_comm_from_env("probe", "strata launch -n N -- strata probe", &comm) != 0)
+        return 1;
     strata_probe_result_t r;
     strata_status_t rc = strata_probe_run(comm, &o, &r);
     int rank = strata_comm_rank(comm), n = strata_comm_size(comm);

@@ -358,8 +358,10 @@ int cmd_train(int argc, char **argv)
     // A launcher's environment with more than one rank: data parallel.
     strata_comm_t *comm = NULL;
     strata_comm_config_t cc;
-    if (strata_comm_config_from_env(&cc) == STRATA_OK && cc.nranks > 1 &&
-        strata_comm_create(&cc, &comm) < 0)
+    bool env_ok = strata_comm_config_from_env(&cc) == STRATA_OK;
+    if (!env_ok && strata_comm_launcher()) // started by a launcher: never train alone silently
+        return cmd_fail(NULL, "train: cannot join the job: %s", strata_last_error());
+    if (env_ok && cc.nranks > 1 && strata_comm_create(&cc, &comm) < 0)
         return cmd_fail(NULL, "%s", strata_last_error());
     int rank = comm ? strata_comm_rank(comm) : 0;
     int world = comm ? strata_comm_size(comm) : 1;

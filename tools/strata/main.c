@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "strata/cmd.h"
+#include "strata/comm.h"
 #include "strata/strata.h"
 
 static const strata_cmd_t commands[] = {
@@ -52,6 +53,16 @@ bool cmd_int_option(const char *cmd, const char *flag, const char *value, long l
     }
     *out = (int)v;
     return true;
+}
+
+int cmd_comm_from_env(const char *who, const char *example, strata_comm_t **out)
+{
+    if (strata_comm_create_from_env(out) == STRATA_OK)
+        return 0;
+    char hint[256];
+    snprintf(hint, sizeof hint, "run it under a launcher: %s", example);
+    return cmd_fail(strata_comm_launcher() ? NULL : hint, "%s: cannot create the communicator: %s",
+                    who, strata_last_error());
 }
 
 int cmd_fail(const char *hint, const char *fmt, ...)

@@ -396,6 +396,14 @@ static strata_status_t read_job_id(const char *store_addr, int port, const char 
     return STRATA_OK;
 }
 
+const char *strata_comm_launcher(void)
+{
+    for (int i = 0; i < LAUNCHER_COUNT; i++)
+        if (env(launchers[i].rank_var) || env(launchers[i].size_var))
+            return launchers[i].who;
+    return NULL;
+}
+
 strata_status_t strata_comm_config_from_env(strata_comm_config_t *cfg)
 {
     if (!cfg)
