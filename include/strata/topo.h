@@ -112,6 +112,11 @@ STRATA_API const char *strata_topo_preset_summary(int i);
  * field; the message is "path:line: expected ...". */
 STRATA_API strata_status_t strata_topo_load(const char *path, strata_topo_t *out);
 
+/* This host's name as the cluster files name it: Slurm's node name (SLURMD_NODENAME, set in every
+ * Slurm task; it differs from gethostname() on many clusters), else the host name. Errors:
+ * STRATA_ERR_SYSTEM. */
+STRATA_API strata_status_t strata_topo_this_host(char *out, size_t size);
+
 /* A cluster file may also place hosts: "hosts": [{"names": "node[01-04]", "path": "zone1/rack1"}]
  * (Slurm hostlists). This gives `host`'s path, "zone1/rack1/node03", in out (cap bytes). Errors:
  * STRATA_ERR_UNSUPPORTED when the file has no "hosts"; STRATA_ERR_INVALID_ARG when `host` is not

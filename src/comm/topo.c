@@ -54,9 +54,7 @@ strata_status_t st_comm_locate(st_place_t *place)
     path[0] = '\0';
     if (*file) {
         char host[256];
-        if (gethostname(host, sizeof host) != 0)
-            return st_error_errno(STRATA_ERR_SYSTEM, errno, "gethostname");
-        host[sizeof host - 1] = '\0';
+        ST_TRY(strata_topo_this_host(host, sizeof host));
         if (strata_topo_file_is_json(file)) {
             ST_TRY(strata_topo_load(file, levels));
             *have_levels = true;

@@ -14,7 +14,9 @@
 #include "strata/topo.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -347,4 +349,17 @@ int strata_slurm_topo_host_path(const strata_slurm_topo_t *t, const char *host, 
             return st_error(STRATA_ERR_INVALID_ARG, "topology.conf: path of %s is too long", host);
     }
     return d + 1;
+}
+
+strata_status_t strata_topo_this_host(char *out, size_t size)
+{
+    const char *slurm = getenv("SLURMD_NODENAME");
+    if (slurm && *slurm) {
+        snprintf(out, size, "%s", slurm);
+        return STRATA_OK;
+    }
+    if (gethostname(out, size) != 0)
+        return st_error_errno(STRATA_ERR_SYSTEM, errno, "gethostname");
+    out[size - 1] = '\0';
+    return STRATA_OK;
 }

@@ -41,6 +41,12 @@ static int show_slurm(const char *file, const char *only)
         if (only)
             break;
     }
+    bool listed = !only;
+    for (int i = 0; only && i < st.nnodes; i++)
+        listed = listed || !strcmp(only, st.nodes[i].name);
+    if (!listed)
+        rc = cmd_fail("under Slurm the node name is SLURMD_NODENAME; give the name as the file "
+                      "lists it", "%s: host \"%s\" is not listed", file, only);
     strata_slurm_topo_free(&st);
     return rc;
 }
@@ -60,9 +66,8 @@ static int path_of(const char *file, const char *host)
 {
     char me[256];
     if (!host) {
-        if (gethostname(me, sizeof me) != 0)
-            return cmd_fail(NULL, "gethostname failed");
-        me[sizeof me - 1] = '\0';
+        if (strata_topo_this_host(me, sizeof me) != STRATA_OK)
+            return cmd_fail(NULL, "%s", strata_last_error());
         host = me;
     }
     if (!strata_topo_file_is_json(file))
