@@ -73,7 +73,9 @@ STRATA_API strata_status_t strata_cluster_from_slurm(const strata_slurm_topo_t *
                                                      const strata_topo_t *params,
                                                      int accels_per_host, strata_cluster_t *out);
 
-/* Applies a state file: lines "<hostlist> free|busy|failed|down|drain", '#' comments. Errors:
+/* Applies a state file: lines "<hostlist> STATE", '#' comments; STATE is free, busy or failed, or
+ * any node state sinfo prints (long or short, either case, with flags: idle, MIXED, drng, down*,
+ * idle~, plnd, ...), so `sinfo -N -h -o "%N %t"` is a state file. Errors:
  * STRATA_ERR_IO, STRATA_ERR_PARSE "path:line: expected ..." naming an unknown host or state. */
 STRATA_API strata_status_t strata_cluster_load_state(strata_cluster_t *c, const char *path);
 STRATA_API strata_status_t strata_cluster_parse_state(strata_cluster_t *c, const char *text,

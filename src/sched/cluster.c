@@ -237,6 +237,52 @@ const char *strata_cluster_host_path(const strata_cluster_t *c, int host, char *
     return buf;
 }
 
+/* A state word: strata's own (free, busy, failed) or any of sinfo's long or short node states in
+ * either case ("idle", "MIXED", "drng", "down*", "idle~"). Free: idle (also powered down, "~":
+ * Slurm powers it up). Busy: running or held for others (alloc, mix, comp, resv, plnd, maint,
+ * reboot, npc, blocked). Failed: unusable for a new job (down, drain, drng, fail, futr, inval, unk)
+ * or not responding ("*"). */
+static bool host_state(const char *word, strata_host_state_t *out)
+{
+    static const struct { const char *name; strata_host_state_t st; } names[] = {
+        {"free", STRATA_HOST_FREE},         {"idle", STRATA_HOST_FREE},
+        {"busy", STRATA_HOST_BUSY},         {"alloc", STRATA_HOST_BUSY},
+        {"allocated", STRATA_HOST_BUSY},    {"mix", STRATA_HOST_BUSY},
+        {"mixed", STRATA_HOST_BUSY},        {"comp", STRATA_HOST_BUSY},
+        {"completing", STRATA_HOST_BUSY},   {"resv", STRATA_HOST_BUSY},
+        {"reserved", STRATA_HOST_BUSY},     {"plnd", STRATA_HOST_BUSY},
+        {"planned", STRATA_HOST_BUSY},      {"maint", STRATA_HOST_BUSY},
+        {"reboot", STRATA_HOST_BUSY},       {"reboot_issued", STRATA_HOST_BUSY},
+        {"reboot_requested", STRATA_HOST_BUSY}, {"npc", STRATA_HOST_BUSY},
+        {"perfctrs", STRATA_HOST_BUSY},     {"blocked", STRATA_HOST_BUSY},
+        {"pow_up", STRATA_HOST_BUSY},       {"powering_up", STRATA_HOST_BUSY},
+        {"failed", STRATA_HOST_FAILED},     {"down", STRATA_HOST_FAILED},
+        {"drain", STRATA_HOST_FAILED},      {"drained", STRATA_HOST_FAILED},
+        {"drng", STRATA_HOST_FAILED},       {"draining", STRATA_HOST_FAILED},
+        {"fail", STRATA_HOST_FAILED},       {"failg", STRATA_HOST_FAILED},
+        {"failing", STRATA_HOST_FAILED},    {"futr", STRATA_HOST_FAILED},
+        {"future", STRATA_HOST_FAILED},     {"inval", STRATA_HOST_FAILED},
+        {"unk", STRATA_HOST_FAILED},        {"unknown", STRATA_HOST_FAILED},
+        {"pow_dn", STRATA_HOST_FAILED},     {"powering_down", STRATA_HOST_FAILED},
+        {"powered_down", STRATA_HOST_FAILED},
+    };
+    char w[64];
+    size_t n = 0;
+    for (; word[n] && n + 1 < sizeof w; n++)
+        w[n] = (char)tolower((unsigned char)word[n]);
+    w[n] = 0;
+    bool not_responding = false;
+    while (n > 0 && strchr("*~#!%$@^-+", w[n - 1])) // sinfo's flags after the state
+        not_responding |= w[--n] == '*';
+    w[n] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(w, names[i].name)) {
+            *out = not_responding ? STRATA_HOST_FAILED : names[i].st;
+            return true;
+        }
+    return false;
+}
+
 strata_status_t strata_cluster_parse_state(strata_cluster_t *c, const char *text,
                                            const char *origin)
 {
@@ -265,17 +311,11 @@ strata_status_t strata_cluster_parse_state(strata_cluster_t *c, const char *text
                             "%s:%d: expected \"<hostlist> free|busy|failed|down|drain\"", origin,
                             line);
         strata_host_state_t st;
-        if (!strcmp(state, "free") || !strcmp(state, "idle"))
-            st = STRATA_HOST_FREE;
-        else if (!strcmp(state, "busy") || !strcmp(state, "alloc") || !strcmp(state, "allocated"))
-            st = STRATA_HOST_BUSY;
-        else if (!strcmp(state, "failed") || !strcmp(state, "down") || !strcmp(state, "drain") ||
-                 !strcmp(state, "drained"))
-            st = STRATA_HOST_FAILED;
-        else
+        if (!host_state(state, &st))
             return st_error(STRATA_ERR_PARSE,
-                            "%s:%d: expected a state free, busy, failed, down or drain, got \"%s\"",
-                            origin, line, state);
+                            "%s:%d: expected a state (free, busy, failed, or one of sinfo's: idle, "
+                            "mix, alloc, comp, resv, plnd, drain, drng, down, fail, ..., with its "
+                            "flags such as * or ~), got \"%s\"", origin, line, state);
         char **names;
         int count;
         if (strata_hostlist_expand(list, &names, &count) < 0)

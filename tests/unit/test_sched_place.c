@@ -328,6 +328,22 @@ static void test_invalid(void **state)
                                                 "unknown host \"n77\""));
     assert_int_equal(strata_cluster_parse_state(&c, "\nn01 sleepy\n", "s.state"), STRATA_ERR_PARSE);
     assert_non_null(strstr(strata_last_error(), "s.state:2:"));
+    // Every sinfo state code, long or short, either case, with its flags.
+    const struct { const char *word; strata_host_state_t st; } sinfo[] = {
+        {"idle", STRATA_HOST_FREE},   {"IDLE", STRATA_HOST_FREE},   {"idle~", STRATA_HOST_FREE},
+        {"idle#", STRATA_HOST_FREE},  {"mix", STRATA_HOST_BUSY},    {"mix-", STRATA_HOST_BUSY},
+        {"MIXED", STRATA_HOST_BUSY},  {"alloc", STRATA_HOST_BUSY},  {"comp", STRATA_HOST_BUSY},
+        {"resv", STRATA_HOST_BUSY},   {"plnd", STRATA_HOST_BUSY},   {"maint", STRATA_HOST_BUSY},
+        {"drng", STRATA_HOST_FAILED}, {"drain", STRATA_HOST_FAILED}, {"DRAINED", STRATA_HOST_FAILED},
+        {"down*", STRATA_HOST_FAILED}, {"idle*", STRATA_HOST_FAILED}, {"fail", STRATA_HOST_FAILED},
+        {"futr", STRATA_HOST_FAILED}, {"unk", STRATA_HOST_FAILED},  {"inval", STRATA_HOST_FAILED},
+    };
+    for (size_t i = 0; i < sizeof sinfo / sizeof sinfo[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "n01 %s\n", sinfo[i].word);
+        assert_int_equal(strata_cluster_parse_state(&c, line, "sinfo"), STRATA_OK);
+        assert_int_equal(c.hosts[strata_cluster_find_host(&c, "n01")].state, sinfo[i].st);
+    }
     strata_cluster_free(&c);
 }
 
