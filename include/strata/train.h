@@ -241,6 +241,22 @@ STRATA_API int strata_ckpt_prune(const char *dir, int64_t newest, int keep);
  * process. Those of other hosts or of live processes stay. Returns the files removed. */
 STRATA_API int strata_ckpt_clean_tmp(const char *dir);
 
+/* ---- export ---------------------------------------------------------------------------------------- */
+
+/* Writes model m as a HuggingFace GPT-2 directory, the layout transformers' GPT2LMHeadModel loads
+ * (from_pretrained(dir)): dir/model.safetensors (__metadata__ {"format": "pt"}) with GPT-2's names,
+ * transformer.wte.weight, transformer.wpe.weight, transformer.h.<n>.ln_1.weight ..., attn.c_attn,
+ * attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, transformer.ln_f.*, the projections in GPT-2's Conv1D
+ * layout [in, out] (strata's transposed), the tied head left out as save_pretrained leaves it; and
+ * dir/config.json (model_type gpt2, architectures [GPT2LMHeadModel], n_embd, n_layer, n_head,
+ * n_positions, n_inner, vocab_size, layer_norm_epsilon, activation_function gelu_new: strata's
+ * tanh GELU). Tokens are strata's (bytes: token id = byte value); no tokenizer files are written.
+ * dir is created when missing; both files are written atomically. Errors: STRATA_ERR_INVALID_ARG
+ * for a tensor-parallel part or pipeline stage (the whole model is needed), STRATA_ERR_UNSUPPORTED
+ * naming a tensor GPT-2's layout has no place for, STRATA_ERR_INVALID_ARG for a non-finite value,
+ * STRATA_ERR_IO naming the file. */
+STRATA_API strata_status_t strata_export_hf_gpt2(strata_gpt_t *m, const char *dir);
+
 /* ---- the training loop ----------------------------------------------------------------------------- */
 
 /* What a step whose loss or gradient norm is NaN or infinite does. */
