@@ -117,6 +117,36 @@ STRATA_API strata_status_t strata_ckpt_load(const strata_ckpt_t *ck, const strat
 STRATA_API int strata_ckpt_ntensors(const strata_ckpt_t *ck);
 STRATA_API const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i);
 
+/* What a rank's shard holds, model tensor by model tensor (the file's own tensors are arena ranges,
+ * "params@<range>" ...): piece i is elements [begin, end) (row-major) of the model tensor `name`,
+ * or of this rank's tensor-parallel part of it, stored from element `at` on of the file's tensors
+ * "params@<range>", "optim.m@<range>" and "optim.v@<range>". Written by the trainer into every
+ * shard's __metadata__ as "tensors" (a JSON text, the same fields; "tp" only under tensor
+ * parallelism, "tied_copy" only when true), so other tools can read a shard without the arena
+ * layout; checked when the file is opened (the ranges they name exist and hold them). A file
+ * without the record (an unsharded file, or a shard of an older strata) has no pieces. Every element
+ * of every tensor is held once over a step's shards, except copies: a tensor that the TP group
+ * replicates (split_dim -1, tp > 1) is held by every TP rank (assembling reads tp_rank 0's), and a
+ * pipeline's last stage holds a tied copy of wte. */
+typedef struct strata_ckpt_piece {
+    const char *name;      /* the model's tensor, "h.3.attn.qkv.weight" (valid until close) */
+    int ndim;              /* 1 or 2 */
+    int64_t shape[2];      /* the whole tensor */
+    int tp, tp_rank;       /* the TP rank whose part holds it, of tp (1, 0 without TP) */
+    int split_dim;         /* how the part cuts it (strata_tensor_info_t): 0 rows, 1 columns, -1
+                              not at all (the whole tensor, replicated when tp > 1) */
+    int split_groups;      /* blocks cut separately (3 for qkv: q | k | v), 1 otherwise */
+    int64_t part_shape[2]; /* the part's shape (shape when whole): what begin and end count in */
+    int64_t begin, end;    /* the elements held */
+    int64_t range;         /* in the file's tensors "params@<range>", "optim.m@<range>", ... */
+    int64_t at;            /* from their element `at` on */
+    bool tied_copy;        /* a pipeline's last-stage copy of wte (the first stage's is the tensor) */
+} strata_ckpt_piece_t;
+
+/* The pieces of an open checkpoint: count, and the i-th (NULL when out of range). */
+STRATA_API int strata_ckpt_npieces(const strata_ckpt_t *ck);
+STRATA_API const strata_ckpt_piece_t *strata_ckpt_piece(const strata_ckpt_t *ck, int i);
+
 /* ---- checkpoint steps: shards and their manifest ----------------------------------------------------
  * A checkpoint of step s in dir is one file per rank, dir/ckpt_<s 8 digits>.rank<r>.safetensors
  * (dir/ckpt_<s>.safetensors when one process trains), and the step's manifest
@@ -210,6 +240,22 @@ STRATA_API int strata_ckpt_prune(const char *dir, int64_t newest, int keep);
 /* Removes the temporary files (*.tmp.<pid>.<host>) of writers that are dead: this host, no such
  * process. Those of other hosts or of live processes stay. Returns the files removed. */
 STRATA_API int strata_ckpt_clean_tmp(const char *dir);
+
+/* ---- export ---------------------------------------------------------------------------------------- */
+
+/* Writes model m as a HuggingFace GPT-2 directory, the layout transformers' GPT2LMHeadModel loads
+ * (from_pretrained(dir)): dir/model.safetensors (__metadata__ {"format": "pt"}) with GPT-2's names,
+ * transformer.wte.weight, transformer.wpe.weight, transformer.h.<n>.ln_1.weight ..., attn.c_attn,
+ * attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, transformer.ln_f.*, the projections in GPT-2's Conv1D
+ * layout [in, out] (strata's transposed), the tied head left out as save_pretrained leaves it; and
+ * dir/config.json (model_type gpt2, architectures [GPT2LMHeadModel], n_embd, n_layer, n_head,
+ * n_positions, n_inner, vocab_size, layer_norm_epsilon, activation_function gelu_new: strata's
+ * tanh GELU). Tokens are strata's (bytes: token id = byte value); no tokenizer files are written.
+ * dir is created when missing; both files are written atomically. Errors: STRATA_ERR_INVALID_ARG
+ * for a tensor-parallel part or pipeline stage (the whole model is needed), STRATA_ERR_UNSUPPORTED
+ * naming a tensor GPT-2's layout has no place for, STRATA_ERR_INVALID_ARG for a non-finite value,
+ * STRATA_ERR_IO naming the file. */
+STRATA_API strata_status_t strata_export_hf_gpt2(strata_gpt_t *m, const char *dir);
 
 /* ---- the training loop ----------------------------------------------------------------------------- */
 

@@ -198,15 +198,14 @@ static strata_status_t check_meta(const strata_ckpt_meta_t *m, const char *what)
 strata_status_t strata_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
                                   const strata_ckpt_meta_t *meta, strata_ckpt_digest_t *digest)
 {
-    return st_ckpt_write(path, t, n, meta, digest, true);
+    return st_ckpt_write(path, t, n, meta, NULL, 0, digest, true);
 }
 
-strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
-                              const strata_ckpt_meta_t *meta, strata_ckpt_digest_t *digest,
-                              bool durable)
+/* Checks every tensor's shape and values (a non-finite value is never written) and returns in *crc
+ * the crc32 of their data, in order. */
+static strata_status_t check_tensors(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                     uint32_t *crc)
 {
-    if (check_meta(meta, path) < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "%s (not written)", strata_last_error());
     for (int i = 0; i < n; i++) {
         bool ok = t[i].ndim >= 1 && t[i].ndim <= 4 && t[i].name && t[i].data;
         for (int d = 0; ok && d < t[i].ndim; d++)
@@ -217,7 +216,7 @@ strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, i
     }
     // One pass over the data: each chunk checked finite, then checksummed while still in cache.
     enum { CHUNK = 1 << 15 };
-    uint32_t crc = 0;
+    *crc = 0;
     for (int i = 0; i < n; i++) {
         size_t cnt = tensor_count(&t[i]);
         for (size_t b = 0; b < cnt; b += CHUNK) {
@@ -226,13 +225,23 @@ strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, i
                 return st_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: tensor '%s' element %zu "
                                 "is %g: a non-finite state is never checkpointed (not written)",
                                 path, t[i].name, b + bad, (double)t[i].data[b + bad]);
-            crc = st_crc32(crc, t[i].data + b, m * sizeof(float));
+            *crc = st_crc32(*crc, t[i].data + b, m * sizeof(float));
         }
     }
+    return STRATA_OK;
+}
+
+/* The 8 length bytes and the JSON header (padded with spaces to a multiple of 8) of n tensors laid
+ * one after another, with `md` (taken over) as __metadata__; *len its size. NULL when out of
+ * memory. */
+static char *build_header(const strata_ckpt_tensor_t *t, int n, json_object *md, size_t *len)
+{
     size_t off = 0;
     json_object *root = json_object_new_object();
-    if (!root)
-        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    if (!root) {
+        json_object_put(md);
+        return NULL;
+    }
     for (int i = 0; i < n; i++) {
         size_t bytes = tensor_count(&t[i]) * sizeof(float);
         json_object *o = json_object_new_object(), *shape = json_object_new_array(),
@@ -247,8 +256,60 @@ strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, i
         json_object_object_add(root, t[i].name, o);
         off += bytes;
     }
-    char num[32];
+    json_object_object_add(root, "__metadata__", md);
+    const char *hdr = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
+    char *hbuf = malloc(8 + padded);
+    if (hbuf) {
+        for (int i = 0; i < 8; i++)
+            hbuf[i] = (char)((uint64_t)padded >> (8 * i));
+        memcpy(hbuf + 8, hdr, hlen);
+        memset(hbuf + 8 + hlen, ' ', padded - hlen);
+        *len = 8 + padded;
+    }
+    json_object_put(root);
+    return hbuf;
+}
+
+/* The header, then every tensor's data, written atomically. */
+static strata_status_t write_file(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                  const char *hbuf, size_t hlen, bool durable)
+{
+    const void **bufs = malloc(((size_t)n + 1) * sizeof *bufs);
+    size_t *lens = malloc(((size_t)n + 1) * sizeof *lens);
+    strata_status_t rc;
+    if (!bufs || !lens) {
+        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    } else {
+        bufs[0] = hbuf;
+        lens[0] = hlen;
+        for (int i = 0; i < n; i++) {
+            bufs[i + 1] = t[i].data;
+            lens[i + 1] = tensor_count(&t[i]) * sizeof(float);
+        }
+        rc = st_ckpt_write_atomic(path, bufs, lens, n + 1, durable);
+    }
+    free(bufs);
+    free(lens);
+    return rc;
+}
+
+strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                              const strata_ckpt_meta_t *meta, const strata_ckpt_piece_t *pieces,
+                              int npieces, strata_ckpt_digest_t *digest, bool durable)
+{
+    if (check_meta(meta, path) < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s (not written)", strata_last_error());
+    uint32_t crc;
+    ST_TRY(check_tensors(path, t, n, &crc));
+    char num[32], *pieces_text = NULL;
+    if (npieces > 0 && !(pieces_text = st_ckpt_pieces_json(pieces, npieces)))
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
     json_object *md = json_object_new_object();
+    if (!md) {
+        free(pieces_text);
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
     json_object_object_add(md, "format", json_object_new_string("strata"));
 #define META_I(key, fmt, v)                                                                        \
     snprintf(num, sizeof num, fmt, v);                                                             \
@@ -264,47 +325,48 @@ strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, i
 #undef META_I
     json_object_object_add(md, "run_id", json_object_new_string(meta->run_id));
     json_object_object_add(md, "config", json_object_new_string(meta->config));
+    if (pieces_text)
+        json_object_object_add(md, "tensors", json_object_new_string(pieces_text));
+    free(pieces_text);
     json_object_object_add(md, "header_crc32", json_object_new_string("00000000"));
-    json_object_object_add(root, "__metadata__", md);
-    const char *hdr = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
-    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
-    char *hbuf = malloc(8 + padded);
-    if (!hbuf) {
-        json_object_put(root);
+    size_t hlen;
+    char *hbuf = build_header(t, n, md, &hlen);
+    if (!hbuf)
         return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
-    }
-    for (int i = 0; i < 8; i++)
-        hbuf[i] = (char)((uint64_t)padded >> (8 * i));
-    memcpy(hbuf + 8, hdr, hlen);
-    memset(hbuf + 8 + hlen, ' ', padded - hlen);
-    json_object_put(root);
     uint32_t hcrc;
     size_t at;
-    if (!st_ckpt_sealed_crc(hbuf, 8, hbuf + 8, padded, "header_crc32", &hcrc, &at)) {
+    if (!st_ckpt_sealed_crc(hbuf, 8, hbuf + 8, hlen - 8, "header_crc32", &hcrc, &at)) {
         free(hbuf); // a tensor named "header_crc32" with a string value cannot exist: a bug
         return st_error(STRATA_ERR_INTERNAL, "checkpoint %s: cannot seal the header", path);
     }
     st_ckpt_put_crc(hbuf + 8, at, hcrc);
-
-    const void **bufs = malloc(((size_t)n + 1) * sizeof *bufs);
-    size_t *lens = malloc(((size_t)n + 1) * sizeof *lens);
-    strata_status_t rc;
-    if (!bufs || !lens) {
-        rc = st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
-    } else {
-        bufs[0] = hbuf;
-        lens[0] = 8 + padded;
-        for (int i = 0; i < n; i++) {
-            bufs[i + 1] = t[i].data;
-            lens[i + 1] = tensor_count(&t[i]) * sizeof(float);
-        }
-        rc = st_ckpt_write_atomic(path, bufs, lens, n + 1, durable);
-    }
-    free(bufs);
-    free(lens);
+    strata_status_t rc = write_file(path, t, n, hbuf, hlen, durable);
     free(hbuf);
-    if (rc == STRATA_OK && digest)
-        *digest = (strata_ckpt_digest_t){hcrc, 8 + padded + off};
+    if (rc == STRATA_OK && digest) {
+        uint64_t bytes = hlen;
+        for (int i = 0; i < n; i++)
+            bytes += tensor_count(&t[i]) * sizeof(float);
+        *digest = (strata_ckpt_digest_t){hcrc, bytes};
+    }
+    return rc;
+}
+
+strata_status_t st_safetensors_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                     const char *const *meta)
+{
+    uint32_t crc;
+    ST_TRY(check_tensors(path, t, n, &crc));
+    json_object *md = json_object_new_object();
+    if (!md)
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    for (int i = 0; meta && meta[i]; i += 2)
+        json_object_object_add(md, meta[i], json_object_new_string(meta[i + 1]));
+    size_t hlen;
+    char *hbuf = build_header(t, n, md, &hlen);
+    if (!hbuf)
+        return st_error(STRATA_ERR_NO_MEMORY, "checkpoint: out of memory");
+    strata_status_t rc = write_file(path, t, n, hbuf, hlen, true);
+    free(hbuf);
     return rc;
 }
 
@@ -325,6 +387,8 @@ struct strata_ckpt {
     size_t data_bytes;
     ck_entry_t *e;
     int n;
+    strata_ckpt_piece_t *pieces; /* the "tensors" record (ckpt_pieces.c) */
+    int npieces;
 };
 
 void strata_ckpt_close(strata_ckpt_t *ck)
@@ -334,6 +398,7 @@ void strata_ckpt_close(strata_ckpt_t *ck)
     for (int i = 0; i < ck->n; i++)
         free(ck->e[i].name);
     free(ck->e);
+    st_ckpt_pieces_free(ck->pieces, ck->npieces);
     free(ck->data);
     free(ck);
 }
@@ -513,6 +578,33 @@ static strata_status_t read_entries(json_object *root, strata_ckpt_t *ck)
     return STRATA_OK;
 }
 
+/* The "tensors" record, when there is one: every piece held by the three tensors of its range. */
+static strata_status_t read_pieces(json_object *md, strata_ckpt_t *ck)
+{
+    const char *text;
+    ST_TRY(meta_str(md, "tensors", ck->path, &text));
+    if (!text)
+        return STRATA_OK;
+    ST_TRY(st_ckpt_pieces_parse(text, ck->path, &ck->pieces, &ck->npieces));
+    for (int i = 0; i < ck->npieces; i++) {
+        const strata_ckpt_piece_t *p = &ck->pieces[i];
+        for (int k = 0; k < 3; k++) {
+            static const char *const pre[3] = {"params", "optim.m", "optim.v"};
+            char name[64];
+            snprintf(name, sizeof name, "%s@%" PRId64, pre[k], p->range);
+            int nd;
+            int64_t sh[4];
+            if (!strata_ckpt_find(ck, name, &nd, sh) || nd != 1 ||
+                p->at + (p->end - p->begin) > sh[0])
+                return st_error(STRATA_ERR_PARSE, "checkpoint %s: __metadata__ \"tensors\" puts "
+                                "'%s' elements [%" PRId64 ", %" PRId64 ") in '%s' from %" PRId64
+                                ", which does not hold them", ck->path, p->name, p->begin, p->end,
+                                name, p->at);
+        }
+    }
+    return STRATA_OK;
+}
+
 strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
 {
     *out = NULL;
@@ -604,6 +696,7 @@ strata_status_t strata_ckpt_open(const char *path, strata_ckpt_t **out)
     }
     ST_TRY_GOTO(read_meta(md, ck), rc, out);
     ST_TRY_GOTO(read_entries(root, ck), rc, out);
+    ST_TRY_GOTO(read_pieces(md, ck), rc, out);
     // A checksum proves the bytes are the ones written, not that they are numbers to train from.
     for (int i = 0; i < ck->n; i++) {
         const ck_entry_t *e = &ck->e[i];
@@ -682,4 +775,14 @@ int strata_ckpt_ntensors(const strata_ckpt_t *ck)
 const char *strata_ckpt_tensor_name(const strata_ckpt_t *ck, int i)
 {
     return ck && i >= 0 && i < ck->n ? ck->e[i].name : NULL;
+}
+
+int strata_ckpt_npieces(const strata_ckpt_t *ck)
+{
+    return ck ? ck->npieces : 0;
+}
+
+const strata_ckpt_piece_t *strata_ckpt_piece(const strata_ckpt_t *ck, int i)
+{
+    return ck && i >= 0 && i < ck->npieces ? &ck->pieces[i] : NULL;
 }

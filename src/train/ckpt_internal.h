@@ -47,10 +47,23 @@ bool st_ckpt_json_int(json_object *v, int64_t lo, int64_t hi, int64_t *out);
 strata_status_t st_ckpt_write_atomic(const char *path, const void *const *bufs, const size_t *lens,
                                      int n, bool durable);
 
-/* strata_ckpt_write and strata_ckpt_commit (which are these with durable = true). */
+/* strata_ckpt_write and strata_ckpt_commit (which are these with durable = true, no pieces).
+ * `pieces` (npieces of them, may be 0) go into __metadata__ as "tensors" (ckpt_pieces.c). */
 strata_status_t st_ckpt_write(const char *path, const strata_ckpt_tensor_t *t, int n,
-                              const strata_ckpt_meta_t *meta, strata_ckpt_digest_t *digest,
-                              bool durable);
+                              const strata_ckpt_meta_t *meta, const strata_ckpt_piece_t *pieces,
+                              int npieces, strata_ckpt_digest_t *digest, bool durable);
+/* A plain safetensors file for other tools (durably, atomically): the tensors, and __metadata__
+ * from `meta`, key and value strings alternating up to a NULL (may be NULL); no checksums. A
+ * non-finite value is refused (STRATA_ERR_INVALID_ARG naming the tensor). */
+strata_status_t st_safetensors_write(const char *path, const strata_ckpt_tensor_t *t, int n,
+                                     const char *const *meta);
+
+/* The "tensors" record: the JSON text of n pieces (malloc'd; NULL when out of memory), and its
+ * parse (names strdup'd; free with st_ckpt_pieces_free). Errors: STRATA_ERR_PARSE naming path. */
+char *st_ckpt_pieces_json(const strata_ckpt_piece_t *p, int n);
+strata_status_t st_ckpt_pieces_parse(const char *text, const char *path, strata_ckpt_piece_t **out,
+                                     int *n);
+void st_ckpt_pieces_free(strata_ckpt_piece_t *p, int n);
 strata_status_t st_ckpt_commit(const char *dir, const strata_ckpt_manifest_t *m, bool durable);
 
 /* Removes every checkpoint file of every step of dir but `step`, older or newer, committed or left

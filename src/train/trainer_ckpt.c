@@ -36,7 +36,7 @@ static strata_status_t write_unsharded(strata_trainer_t *t, const char *path,
     int64_t np = (int64_t)strata_model_nparams(t->model);
     ts[nt] = (strata_ckpt_tensor_t){"optim.m", 1, {np}, t->m};
     ts[nt + 1] = (strata_ckpt_tensor_t){"optim.v", 1, {np}, t->v};
-    strata_status_t rc = st_ckpt_write(path, ts, nt + 2, meta, d, durable);
+    strata_status_t rc = st_ckpt_write(path, ts, nt + 2, meta, NULL, 0, d, durable);
     free(ts);
     return rc;
 }
@@ -49,8 +49,38 @@ static size_t stage_floats(const strata_trainer_t *t, int s)
            (size_t)t->tp;
 }
 
-/* This rank's shard file: every range it owns as params@off, optim.m@off, optim.v@off. At stage 0
- * (every rank holds everything) rank r writes the r-th of N equal cuts of the arena. */
+/* The pieces of the model's tensors that the ranges rg[0..nr) of this rank's arena hold (the
+ * shard's "tensors" record), written at `base` (the ranges' offset in the step's arenas); *np the
+ * count. NULL when out of memory. */
+static strata_ckpt_piece_t *shard_pieces(const strata_trainer_t *t, const strata_zero_shard_t *rg,
+                                         int nr, size_t base, int *np)
+{
+    int nt = strata_model_ntensors(t->model), n = 0;
+    strata_ckpt_piece_t *p = calloc((size_t)nr * (size_t)nt + 1, sizeof *p);
+    for (int i = 0; p && i < nr; i++) {
+        size_t b0 = rg[i].offset, e0 = b0 + rg[i].count;
+        for (int k = 0; k < nt; k++) {
+            const strata_tensor_info_t *ti = strata_model_tensor(t->model, k);
+            size_t b = ST_MAX(b0, ti->offset), e = ST_MIN(e0, ti->offset + ti->count);
+            if (b >= e)
+                continue;
+            bool split = ti->split_dim >= 0 && t->tp > 1;
+            p[n++] = (strata_ckpt_piece_t){
+                .name = ti->name, .ndim = ti->ndim,
+                .shape = {ti->full_shape[0], ti->full_shape[1]}, .tp = t->tp, .tp_rank = t->tp_rank,
+                .split_dim = split ? ti->split_dim : -1, .split_groups = split ? ti->split_groups : 1,
+                .part_shape = {ti->shape[0], ti->shape[1]},
+                .begin = (int64_t)(b - ti->offset), .end = (int64_t)(e - ti->offset),
+                .range = (int64_t)(base + b0), .at = (int64_t)(b - b0), .tied_copy = ti->tied_copy};
+        }
+    }
+    *np = n;
+    return p;
+}
+
+/* This rank's shard file: every range it owns as params@off, optim.m@off, optim.v@off, and what
+ * they hold tensor by tensor (the pieces). At stage 0 (every rank holds everything) rank r writes
+ * the r-th of N equal cuts of the arena. */
 static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata_ckpt_meta_t *meta,
                                    strata_ckpt_digest_t *d, bool durable)
 {
@@ -88,7 +118,11 @@ static strata_status_t write_shard(strata_trainer_t *t, const char *path, strata
     }
     meta->shard_offset = nr ? (int64_t)(base + rg[0].offset) : 0;
     meta->shard_count = total;
-    strata_status_t rc = st_ckpt_write(path, ts, 3 * nr, meta, d, durable);
+    int np = 0;
+    strata_ckpt_piece_t *pieces = shard_pieces(t, rg, nr, base, &np);
+    strata_status_t rc = pieces ? st_ckpt_write(path, ts, 3 * nr, meta, pieces, np, d, durable)
+                                : st_error(STRATA_ERR_NO_MEMORY, "train: out of memory");
+    free(pieces);
     free(ts);
     free(names);
     return rc;

@@ -9,6 +9,9 @@
  *     and every parameter's total change over the 20 steps matches the one-process change within
  *     2e-3 of the largest change (LAMB's updates are ~50x smaller than AdamW's here: a trust ratio
  *     computed from one TP rank's part of a tensor instead of the whole moves them by ~1%);
+ *   - every shard of that checkpoint records what it holds tensor by tensor (strata_ckpt_piece_t):
+ *     names and shapes of the whole model's tensors, values equal to the assembled ones, every
+ *     element of every tensor held exactly once over the shards (ZeRO ranges, TP parts, stages);
  *   - a run that checkpoints at step 10 in one layout and resumes in another (another TP, DP and
  *     ZeRO stage) reproduces the uninterrupted run's losses of steps 11-20 and its parameters.
  * Plus LAMB under TP (its per-tensor norms count a replicated tensor once), and the refusals. */
@@ -89,6 +92,79 @@ static int compare_params(const float *p, const ctx_t *x)
     return 0;
 }
 
+/* The element of the whole tensor (row-major in p->shape) that element j of p's part is: the part
+ * holds, of each of split_groups blocks along split_dim, the tp_rank-th of tp equal cuts. */
+static int64_t whole_index(const strata_ckpt_piece_t *p, int64_t j)
+{
+    int64_t cols = p->ndim > 1 ? p->shape[1] : 1, pcols = p->ndim > 1 ? p->part_shape[1] : 1;
+    int64_t r = j / pcols, c = j % pcols;
+    if (p->split_dim < 0)
+        return r * cols + c;
+    int64_t len = p->shape[p->split_dim] / p->split_groups, cut = len / p->tp;
+    int64_t *x = p->split_dim == 0 ? &r : &c;
+    *x = *x / cut * len + (int64_t)p->tp_rank * cut + *x % cut;
+    return r * cols + c;
+}
+
+/* Every shard of step `step` in dir records what it holds ("tensors" in its metadata): each piece
+ * names a tensor of the whole model with its shape, its values are that tensor's in the assembled
+ * arena `params`, and the pieces of all shards cover every element of every tensor exactly once
+ * (copies aside: a pipeline's tied copy of wte, a TP-replicated tensor on TP ranks > 0). */
+static int check_pieces(const char *dir, int64_t step, int nranks, const strata_gpt_config_t *cfg,
+                        const float *params)
+{
+    strata_gpt_t *w = NULL;
+    ST_RANK_CHECK_OK(strata_model_create(cfg, 1, 0, &w));
+    size_t P = strata_model_nparams(w);
+    unsigned char *seen = calloc(P, 1);
+    int rc = seen ? 0 : ST_RANK_FAIL("out of memory"), pieces = 0;
+    for (int r = 0; rc == 0 && r < nranks; r++) {
+        char path[512], name[64];
+        strata_ckpt_path(dir, step, r, nranks, path, sizeof path);
+        strata_ckpt_t *ck = NULL;
+        if (strata_ckpt_open(path, &ck) < 0) {
+            rc = ST_RANK_FAIL("%s", strata_last_error());
+            break;
+        }
+        if (strata_ckpt_npieces(ck) == 0)
+            rc = ST_RANK_FAIL("%s records no tensors", path);
+        for (int i = 0; rc == 0 && i < strata_ckpt_npieces(ck); i++) {
+            const strata_ckpt_piece_t *p = strata_ckpt_piece(ck, i);
+            int k = strata_model_find_tensor(w, p->name);
+            const strata_tensor_info_t *t = strata_model_tensor(w, k);
+            snprintf(name, sizeof name, "params@%lld", (long long)p->range);
+            const float *data = strata_ckpt_find(ck, name, NULL, NULL);
+            if (!t || t->ndim != p->ndim || t->shape[0] != p->shape[0] ||
+                (t->ndim > 1 && t->shape[1] != p->shape[1]) || !data) {
+                rc = ST_RANK_FAIL("%s: piece %d names '%s' [%lld, %lld], not a tensor of the "
+                                  "model", path, i, p->name, (long long)p->shape[0],
+                                  (long long)(p->ndim > 1 ? p->shape[1] : 0));
+                break;
+            }
+            if (p->tied_copy || (p->split_dim < 0 && p->tp_rank > 0)) // copies
+                continue;
+            pieces++;
+            for (int64_t j = p->begin; rc == 0 && j < p->end; j++) {
+                size_t at = t->offset + (size_t)whole_index(p, j);
+                if (seen[at]++ || data[p->at + j - p->begin] != params[at])
+                    rc = ST_RANK_FAIL("%s: '%s' element %lld of part %d/%d: %s", path, p->name,
+                                      (long long)j, p->tp_rank, p->tp,
+                                      seen[at] > 1 ? "held twice" : "not the assembled value");
+            }
+        }
+        strata_ckpt_close(ck);
+    }
+    for (size_t i = 0; rc == 0 && i < P; i++)
+        if (!seen[i])
+            rc = ST_RANK_FAIL("step %lld: parameter %zu is in no shard's record", (long long)step,
+                              i);
+    if (rc == 0 && pieces < strata_model_ntensors(w))
+        rc = ST_RANK_FAIL("%d pieces for %d tensors", pieces, strata_model_ntensors(w));
+    free(seen);
+    strata_model_destroy(w);
+    return rc;
+}
+
 static int run_layout(int rank, int n, void *arg)
 {
     ctx_t *x = arg;
@@ -142,11 +218,12 @@ static int run_layout(int rank, int n, void *arg)
             rc = ST_RANK_FAIL("assembled %zu parameters, want %zu", full.nparams, x->P);
         else
             rc = compare_params(full.params, x);
+        if (rc == 0)
+            rc = check_pieces(x->dir, STEPS, n, &c.model, full.params);
         strata_ckpt_full_free(&full);
     }
     strata_trainer_destroy(t);
     strata_comm_destroy(comm);
-    (void)n;
     return rc;
 }
 
@@ -207,6 +284,8 @@ static void test_layouts_2_4(void **state)
         {4, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
         {4, 2, 0, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  {4, 2, 1, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
         {4, 2, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 2, 3, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        // data parallel alone (the shards' records of ZeRO ranges)
+        {2, 1, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 1, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }

@@ -1,6 +1,7 @@
 /* Training checkpoints in one process: the data loader's rank split; one file's validation (round
  * trip, flipped/truncated bytes, an edited header, metadata out of range even under a valid checksum,
- * NaN under a valid checksum, the writer refusing a non-finite state); a step's identity (a shard of
+ * NaN under a valid checksum, the writer refusing a non-finite state, a shard's tensor record); a
+ * step's identity (a shard of
  * another step, an older attempt or another run refused by the manifest); resume (exact, fallback,
  * never a silent fresh start, a real write failure); the non-finite guard (stop with a report, skip
  * leaving the state untouched, metrics always JSON); pruning (never the newest committed step,
@@ -332,6 +333,74 @@ static void test_ckpt_header_checked(void **state)
 }
 
 /* NaN/inf: never written, and refused on load even under valid checksums, naming file and tensor. */
+/* A shard's "tensors" record round-trips (every field, a TP part and a tied copy), a file without
+ * one has no pieces, and a record naming a range the file does not hold, or elements past its part,
+ * is refused naming the file. */
+static void test_ckpt_pieces(void **state)
+{
+    (void)state;
+    setup_paths();
+    char path[256];
+    snprintf(path, sizeof path, "%s/p.safetensors", tmpdir);
+    float x[10] = {0};
+    strata_ckpt_tensor_t ts[3] = {{"params@64", 1, {10}, x}, {"optim.m@64", 1, {10}, x},
+                                  {"optim.v@64", 1, {10}, x}};
+    strata_ckpt_piece_t p[2] = {
+        {.name = "h.0.attn.qkv.weight", .ndim = 2, .shape = {12, 2}, .tp = 2, .tp_rank = 1,
+         .split_dim = 0, .split_groups = 3, .part_shape = {6, 2}, .begin = 4, .end = 12,
+         .range = 64, .at = 0},
+        {.name = "wte", .ndim = 1, .shape = {5}, .tp = 1, .tp_rank = 0, .split_dim = -1,
+         .split_groups = 1, .part_shape = {5}, .begin = 3, .end = 5, .range = 64, .at = 8,
+         .tied_copy = true}};
+    strata_ckpt_meta_t meta = test_meta();
+    assert_int_equal(st_ckpt_write(path, ts, 3, &meta, p, 2, NULL, false), STRATA_OK);
+    strata_ckpt_t *ck;
+    assert_int_equal(strata_ckpt_open(path, &ck), STRATA_OK);
+    assert_int_equal(strata_ckpt_npieces(ck), 2);
+    for (int i = 0; i < 2; i++) {
+        const strata_ckpt_piece_t *q = strata_ckpt_piece(ck, i);
+        assert_string_equal(q->name, p[i].name);
+        assert_int_equal(q->ndim, p[i].ndim);
+        for (int d = 0; d < q->ndim; d++) {
+            assert_int_equal(q->shape[d], p[i].shape[d]);
+            assert_int_equal(q->part_shape[d], p[i].part_shape[d]);
+        }
+        assert_int_equal(q->tp, p[i].tp);
+        assert_int_equal(q->tp_rank, p[i].tp_rank);
+        assert_int_equal(q->split_dim, p[i].split_dim);
+        assert_int_equal(q->split_groups, p[i].split_groups);
+        assert_int_equal(q->begin, p[i].begin);
+        assert_int_equal(q->end, p[i].end);
+        assert_int_equal(q->range, p[i].range);
+        assert_int_equal(q->at, p[i].at);
+        assert_int_equal(q->tied_copy, p[i].tied_copy);
+    }
+    assert_null(strata_ckpt_piece(ck, 2));
+    strata_ckpt_close(ck);
+
+    write_test_file(path); // no record
+    assert_int_equal(strata_ckpt_open(path, &ck), STRATA_OK);
+    assert_int_equal(strata_ckpt_npieces(ck), 0);
+    strata_ckpt_close(ck);
+
+    p[1].at = 9; // 2 elements from 9 of a 10-element range
+    assert_int_equal(st_ckpt_write(path, ts, 3, &meta, p, 2, NULL, false), STRATA_OK);
+    assert_int_equal(strata_ckpt_open(path, &ck), STRATA_ERR_PARSE);
+    assert_true(has(strata_last_error(), path));
+    assert_true(has(strata_last_error(), "'wte' elements [3, 5) in 'params@64' from 9"));
+    p[1].at = 8;
+    p[1].range = 65; // no such range
+    assert_int_equal(st_ckpt_write(path, ts, 3, &meta, p, 2, NULL, false), STRATA_OK);
+    assert_int_equal(strata_ckpt_open(path, &ck), STRATA_ERR_PARSE);
+    assert_true(has(strata_last_error(), "'params@65'"));
+    p[1].range = 64;
+    p[0].end = 13; // past the 12 elements of the part
+    assert_int_equal(st_ckpt_write(path, ts, 3, &meta, p, 2, NULL, false), STRATA_OK);
+    assert_int_equal(strata_ckpt_open(path, &ck), STRATA_ERR_PARSE);
+    assert_true(has(strata_last_error(), "\"tensors\" entry 0 is malformed or out of range"));
+    rm_dir(tmpdir);
+}
+
 static void test_ckpt_nonfinite(void **state)
 {
     (void)state;
@@ -1138,6 +1207,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_roundtrip_and_corruption),
         cmocka_unit_test(test_ckpt_header_checked),
         cmocka_unit_test(test_ckpt_nonfinite),
+        cmocka_unit_test(test_ckpt_pieces),
         cmocka_unit_test(test_resume_exact),
         cmocka_unit_test(test_resume_fallback),
         cmocka_unit_test(test_step_identity),

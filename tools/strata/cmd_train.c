@@ -154,6 +154,26 @@ static int tier_colors(strata_comm_t *comm, const strata_train_config_t *cfg,
     return 0;
 }
 
+/* A run started without --resume in a directory holding a committed step of a run would start over
+ * at step 1 and overwrite that run's steps (then prune them): refused. Every rank checks before
+ * the communicator exists, so all refuse alike. Returns 0, or 1 after printing why. */
+static int refuse_run_dir(const char *dir)
+{
+    int64_t step;
+    if (strata_ckpt_steps(dir, &step, 1) < 1)
+        return 0;
+    char run[17] = "?";
+    strata_ckpt_manifest_t mf;
+    if (strata_ckpt_manifest_read(dir, step, &mf) == STRATA_OK) {
+        snprintf(run, sizeof run, "%s", mf.run_id);
+        strata_ckpt_manifest_free(&mf);
+    }
+    return cmd_fail("continue it with --resume, or start over in another --ckpt-dir (or remove "
+                    "its ckpt_* files)", "--ckpt-dir %s holds checkpoint step %lld of run %s: a "
+                    "new run there would overwrite its steps and prune them", dir,
+                    (long long)step, run);
+}
+
 /* The resume line: where the step came from, and what the other place had. */
 static void print_resumed(const strata_train_config_t *cfg, strata_resume_info_t ri,
                           const char *run)
@@ -353,6 +373,8 @@ int cmd_train(int argc, char **argv)
     if (resume && !cfg.ckpt_dir[0] && cfg.mem_ckpt_every == 0)
         return cmd_fail("give --ckpt-dir DIR (or --mem-ckpt-every K)",
                         "--resume needs a checkpoint directory");
+    if (!resume && cfg.ckpt_dir[0] && refuse_run_dir(cfg.ckpt_dir) != 0)
+        return 1;
     if (cfg.hpz[0] && cfg.tiers == 3)
         return cmd_fail("give one of them", "--hpz and --tiers 3 are two different partitions");
     // A launcher's environment with more than one rank: data parallel.
