@@ -52,7 +52,7 @@ install(FILES ${PROJECT_BINARY_DIR}/strataConfig.cmake ${PROJECT_BINARY_DIR}/str
 # place (${pcfiledir}), so `cmake --install --prefix P` anywhere gives a working file.
 file(RELATIVE_PATH STRATA_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" STRATA_PC_UP "${STRATA_PC_UP}")
-set(STRATA_PC_REQUIRES "json-c hwloc openblas")
+set(STRATA_PC_REQUIRES "json-c hwloc openblas pmix")
 set(STRATA_PC_LIBS "-lpthread -lm")
 foreach(l ${CMAKE_DL_LIBS})
   string(APPEND STRATA_PC_LIBS " -l${l}")

@@ -3,8 +3,12 @@
 # Usage: scripts/deps.sh [extra-package ...]   (bench/compare.sh adds the MPI and torch peers)
 set -euo pipefail
 # clang and libclang-rt-dev (libFuzzer, the sanitizer runtimes): the fuzz stage (scripts/fuzz.sh).
+# libpmix-dev: meeting Open MPI's and Slurm's ranks through PMIx. The launchers strata's users run,
+# for tests/cli/launchers.sh: torchrun (python3-torch), Open MPI, MPICH, Slurm (slurmctld, slurmd,
+# munge); librsvg2-bin renders the pictures the tests look at.
 pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev
-      clang libclang-rt-dev "$@")
+      libpmix-dev clang libclang-rt-dev python3-torch openmpi-bin mpich slurm-wlm librsvg2-bin
+      "$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
