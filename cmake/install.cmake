@@ -16,7 +16,7 @@ foreach(part ${STRATA_PARTS})
   list(APPEND strata_objects $<TARGET_OBJECTS:strata_${part}>)
 endforeach()
 # The external libraries every part links (strata_part's LIBS), once each.
-set(strata_deps Threads::Threads m PkgConfig::JSONC PkgConfig::HWLOC PkgConfig::OPENBLAS
+set(strata_deps Threads::Threads m PkgConfig::JSONC PkgConfig::HWLOC PkgConfig::OPENBLAS PkgConfig::PMIX
     ${CMAKE_DL_LIBS})
 
 add_library(strata_shared SHARED ${strata_objects})

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness/st_test.h"
 
@@ -17,13 +18,23 @@ static const char *const env_vars[] = {
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_LAUNCH_NODE_IPADDR",
-    "SLURM_JOB_NODELIST",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
     "PMI_RANK",
     "PMI_SIZE",
     "STRATA_STORE_ADDR",
     "STRATA_STORE_EXTERNAL",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "PMIX_NAMESPACE",
+    "PMIX_RANK",
+    "PMI_FD",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_STEP_RESV_PORTS",
+    "SLURM_DISTRIBUTION",
+    "SLURM_HOSTFILE",
     "STRATA_SECRET",
     "STRATA_JOB_ID",
     "STRATA_COMM_TIMEOUT_MS",
@@ -289,18 +300,72 @@ static void test_env_slurm(void **state)
     assert_int_equal(cfg.nranks, 16);
     assert_string_equal(cfg.store_addr, "node001:29500");
 
-    // Without MASTER_ADDR: the launch node's address, with an explicit MASTER_PORT.
+    // Without MASTER_ADDR, inside a step: task 0's node (the step's first) and a port of the step:
+    // its first reserved one, else one derived from the job and step ids.
     unsetenv("MASTER_ADDR");
-    set("SLURM_LAUNCH_NODE_IPADDR", "192.168.1.10");
-    EXPECT_ENV_ERROR("MASTER_PORT", "SLURM_LAUNCH_NODE_IPADDR");
-    set("MASTER_PORT", "31000");
+    set("SLURM_JOB_ID", "4242");
+    set("SLURM_STEP_ID", "3");
+    set("SLURM_STEP_NODELIST", "gpu[007-009,012],cpu1");
+    set("SLURM_STEP_RESV_PORTS", "12000-12003");
     cfg = from_env_ok();
-    assert_string_equal(cfg.store_addr, "192.168.1.10:31000");
+    assert_string_equal(cfg.store_addr, "gpu007:12000");
+    unsetenv("SLURM_STEP_RESV_PORTS");
+    cfg = from_env_ok();
+    char derived[64];
+    snprintf(derived, sizeof derived, "%s", cfg.store_addr);
+    int port = atoi(strchr(derived, ':') + 1);
+    assert_true(strncmp(derived, "gpu007:", 7) == 0 && port >= 20000 && port < 60000);
+    set("SLURM_STEP_ID", "4"); // another step of the job: another port
+    assert_string_not_equal(from_env_ok().store_addr, derived);
+    // --distribution=arbitrary: the hostfile's first line is task 0's node.
+    char hf[] = "/tmp/test_env_hfXXXXXX";
+    int fd = mkstemp(hf);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "n42\nn07\n", 8), 8);
+    close(fd);
+    set("SLURM_DISTRIBUTION", "arbitrary");
+    set("SLURM_HOSTFILE", hf);
+    assert_true(strncmp(from_env_ok().store_addr, "n42:", 4) == 0);
+    unlink(hf);
+    unsetenv("SLURM_DISTRIBUTION");
+    unsetenv("SLURM_HOSTFILE");
 
-    // Nothing to find the store with: the error says what to set.
-    unsetenv("SLURM_LAUNCH_NODE_IPADDR");
-    unsetenv("MASTER_PORT");
-    EXPECT_ENV_ERROR("STRATA_STORE_ADDR", "MASTER_ADDR", "SLURM_JOB_NODELIST");
+    // Not in a step (SLURM_PROCID leaked into a process srun did not start): the error says what
+    // to set, and who set what.
+    unsetenv("SLURM_STEP_ID");
+    EXPECT_ENV_ERROR("STRATA_STORE_ADDR", "MASTER_ADDR", "Slurm", "SLURM_PROCID");
+}
+
+/* The launchers' own meeting places: torchrun's agent store, PMIx, PMI-1. */
+static void test_env_meeting_places(void **state)
+{
+    (void)state;
+    set("RANK", "1");
+    set("WORLD_SIZE", "2");
+    set("MASTER_ADDR", "10.0.0.1");
+    set("MASTER_PORT", "29400");
+    set("TORCHELASTIC_USE_AGENT_STORE", "True");
+    strata_comm_config_t cfg = from_env_ok();
+    assert_string_equal(cfg.store_addr, "torch:10.0.0.1:29400");
+    set("TORCHELASTIC_USE_AGENT_STORE", "False"); // a c10d rendezvous: the port is free for us
+    assert_string_equal(from_env_ok().store_addr, "10.0.0.1:29400");
+
+    clear_env(NULL);
+    set("OMPI_COMM_WORLD_RANK", "1");
+    set("OMPI_COMM_WORLD_SIZE", "2");
+    set("PMIX_NAMESPACE", "327090177");
+    set("PMIX_RANK", "1");
+    cfg = from_env_ok();
+    assert_string_equal(cfg.store_addr, "pmix:");
+    assert_string_equal(cfg.job_id, "pmix");
+
+    clear_env(NULL);
+    set("PMI_RANK", "1");
+    set("PMI_SIZE", "2");
+    set("PMI_FD", "6");
+    assert_string_equal(from_env_ok().store_addr, "pmi:");
+    set("STRATA_STORE_ADDR", "h:7"); // an explicit address wins over every meeting place
+    assert_string_equal(from_env_ok().store_addr, "h:7");
 }
 
 static void test_env_ompi_and_pmi(void **state)
@@ -448,6 +513,7 @@ int main(void)
         cmocka_unit_test_setup(test_config_default, clear_env),
         cmocka_unit_test_setup(test_env_torchrun, clear_env),
         cmocka_unit_test_setup(test_env_slurm, clear_env),
+        cmocka_unit_test_setup(test_env_meeting_places, clear_env),
         cmocka_unit_test_setup(test_env_ompi_and_pmi, clear_env),
         cmocka_unit_test_setup(test_env_precedence, clear_env),
         cmocka_unit_test_setup(test_env_missing, clear_env),
