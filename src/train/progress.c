@@ -168,7 +168,7 @@ void st_progress_summary(st_progress_t *p)
     if (isfinite(p->val))
         snprintf(val, sizeof val, " | val loss %.4f (step %" PRId64 ")", p->val, p->val_step);
     double tps = p->steps_s > 0 ? (double)p->nsteps * p->tokens_step / p->steps_s : 0;
-    fprintf(stderr, "strata train: done: steps %" PRId64 "-%" PRId64 " in %s | final loss %.4f%s | "
+    fprintf(stderr, "strata train: ran steps %" PRId64 "-%" PRId64 " in %s | final loss %.4f%s | "
             "mean %.0f tok/s, MFU %.1f%% (over the steps' time)\n", p->first_step + 1, p->step,
             wall, (double)p->loss, val, tps, 100 * mfu_of(p, tps));
     fflush(stderr);
