@@ -3,7 +3,8 @@
  * a pipe; a partial line waits in the stream's buffer until its newline, and complete lines are
  * gathered in one buffer per destination that is written out between reads, so the launcher is the
  * only writer of its stdout and stderr. A line longer than 1 MiB (or one that cannot be buffered)
- * is written in pieces, the prefix only before the first.
+ * is written in pieces, the prefix only before the first (and again after another rank's line,
+ * which first ends the piece written).
  *
  * On a terminal, a line that a rank redraws in place ('\r', a progress bar) is passed through as it
  * comes: each redraw is written "\r[r<rank>] <text>", so the bar moves live under its prefix. When
