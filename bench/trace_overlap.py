@@ -2,7 +2,7 @@
 """Fraction of communication hidden behind compute, from strata Chrome traces (standard library only).
 
 Communication = the asynchronous spans (ph b/e, matched by cat and id): a non-blocking collective from
-issue to observed completion. Compute = the synchronous spans (ph B/E) of category "compute", less
+issue to observed completion (a span the trace's close ended, "closed_at_close", is left out). Compute = the synchronous spans (ph B/E) of category "compute", less
 the synchronous spans of category "comm" inside them (a wait for a collective, such as "tp.wait",
 nested in a layer's span is not computation).
 hidden = |union(comm) & union(compute)| / |union(comm)|, per rank, then over all ranks' totals.
@@ -65,19 +65,25 @@ def spans(path, only=""):
         ev = json.load(f)["traceEvents"]
     comm, comp, waits, open_async, stack = [], [], [], {}, []
     for e in ev:
+        if "ts" not in e:  # metadata (process and thread names)
+            continue
         ph, ts = e["ph"], float(e["ts"])
+        # A span still open when the trace closed is ended there: it did not complete in the trace.
+        unfinished = e.get("args", {}).get("closed_at_close", False)
         if ph == "b":
             if e.get("name", "").startswith(only):
                 open_async[(e["cat"], e["id"])] = ts
         elif ph == "e":
             t0 = open_async.pop((e["cat"], e["id"]), None)
-            if t0 is not None:
+            if t0 is not None and not unfinished:
                 comm.append((t0, ts))
         elif ph == "B":
             stack.append((e["cat"], ts))
         elif ph == "E" and stack:
             cat, t0 = stack.pop()
-            if cat == "compute":
+            if unfinished:
+                pass
+            elif cat == "compute":
                 comp.append((t0, ts))
             elif cat == "comm":
                 waits.append((t0, ts))

@@ -291,7 +291,9 @@ typedef struct strata_train_config {
     int64_t trace_step;    /* which step to trace (default 2) */
     int64_t eval_every;    /* steps between validation losses (0 = never) */
     int eval_batches;
-    bool progress;         /* progress bar on stderr */
+    bool progress;         /* progress on rank 0's stderr: redrawn in place on a terminal (or with
+                              STRATA_PROGRESS=bar), else complete lines; a summary at the end */
+    double progress_every; /* seconds between progress lines when not redrawn (5; 0 = every step) */
     /* data parallel (used when strata train runs under a launcher with more than one rank) */
     int zero;              /* ZeRO stage 0..3 (0) */
     char hpz[32];          /* hpZ: secondary partition inside this fabric level ("host", "rack",
@@ -325,7 +327,7 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "steps": 100, "seed": 1, "optimizer": "adamw"|"lamb", "lr": 1e-3, "min_lr": ..., "warmup": ...,
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
- * "eval_batches", "val_fraction",
+ * "eval_batches", "val_fraction", "progress_every",
  * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
  * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */

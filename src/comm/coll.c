@@ -455,6 +455,7 @@ static strata_status_t p2p(strata_comm_t *comm, bool send, void *buf, size_t cou
     ST_TRY(st_request_new(comm, send ? "send" : "recv", &r));
     const size_t bytes = count * strata_dtype_size(dtype);
     r->bytes = bytes;
+    r->peer = peer;
     r->tag_base = ((uint64_t)comm->ctx << ST_TAG_CTX_SHIFT) | ST_TAG_P2P;
     st_sched_init(&r->sched, dtype, STRATA_OP_SUM, comm->nranks);
     if (send)

@@ -66,6 +66,8 @@ struct strata_request {
     uint64_t flight;     /* its flight-recorder entry */
     const char *algo;
     size_t bytes;
+    int peer;            /* send/recv: the other rank; -1 for collectives */
+    bool traced;         /* its trace span is open (strata/trace.h) */
     bool finished;
     strata_status_t status;
     size_t *vec;         /* owned normalised counts/displacements */

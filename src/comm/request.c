@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/comm_internal.h"
+#include "strata/trace.h"
 
 strata_status_t st_request_new(strata_comm_t *comm, const char *what, strata_request_t **out)
 {
@@ -14,14 +15,45 @@ strata_status_t st_request_new(strata_comm_t *comm, const char *what, strata_req
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory for a request");
     req->comm = comm;
     req->what = what;
+    req->peer = -1;
     *out = req;
     return STRATA_OK;
+}
+
+/* The request's span in the trace, from start to completion (category "coll"): its size, algorithm
+ * and group, or its peer. */
+static void trace_begin(strata_request_t *req)
+{
+    if (!strata_trace_enabled())
+        return;
+    strata_trace_arg_t a[5];
+    int n = 0;
+    a[n++] = (strata_trace_arg_t){"bytes", NULL, (double)req->bytes};
+    if (req->peer >= 0) {
+        a[n++] = (strata_trace_arg_t){"peer", NULL, req->peer};
+    } else { // one rank runs no algorithm: a local copy
+        a[n++] = (strata_trace_arg_t){"algo", req->algo ? req->algo : "self", 0};
+        a[n++] = (strata_trace_arg_t){"ranks", NULL, req->comm->nranks};
+        // (comm, seq) names the same collective on every rank of the communicator
+        a[n++] = (strata_trace_arg_t){"comm", NULL, req->comm->ctx};
+        a[n++] = (strata_trace_arg_t){"seq", NULL, req->seq};
+    }
+    strata_trace_async_begin_args("coll", req->what, (uint64_t)(uintptr_t)req, a, n);
+    req->traced = true;
+}
+
+static void trace_end(strata_request_t *req)
+{
+    if (req->traced)
+        strata_trace_async_end("coll", req->what, (uint64_t)(uintptr_t)req);
+    req->traced = false;
 }
 
 void st_request_free(strata_request_t *req)
 {
     if (!req)
         return;
+    trace_end(req); // a request released before it finished (an error): its span ends here
     st_sched_fini(&req->sched);
     free(req->vec);
     free(req);
@@ -43,6 +75,7 @@ static void finish(strata_request_t *req, strata_status_t rc)
 {
     if (req->comm->sh->ep)
         st_flight_end(st_ep_flight(req->comm->sh->ep), req->flight, rc);
+    trace_end(req);
     req->finished = true;
     req->status = rc;
     unlink_active(req);
@@ -81,6 +114,7 @@ strata_status_t st_request_start(strata_request_t *req, strata_request_t **out)
     }
     req->flight = st_flight_begin(st_ep_flight(sh->ep), req->comm->ctx, req->seq, req->what,
                                   req->algo, req->bytes);
+    trace_begin(req);
     req->next = sh->active;
     if (sh->active)
         sh->active->prev = req;

@@ -22,26 +22,38 @@ int st_launch_remove_shm(const char *job_id);
 
 #define ST_LAUNCH_READ_CHUNK 65536
 
+struct st_stream;
+
 /* Output buffer for one destination fd; flushed whenever a line would not fit, and after each
  * read, so a line is never split across a write that another line could get in between. */
 typedef struct st_outbuf {
     int fd;
     bool broken; /* EPIPE or another write error: drop output from now on */
+    bool live;   /* a terminal: a line a rank redraws with '\r' (a progress bar) goes out as it
+                    comes, each redraw prefixed again */
+    struct st_stream *open; /* the stream whose line is out without its newline, or NULL */
     size_t len;
     char data[ST_LAUNCH_READ_CHUNK * 2];
 } st_outbuf_t;
 
-/* One rank's stdout or stderr pipe, read end. A partial line waits in buf until its newline. */
+/* One rank's stdout or stderr pipe, read end. A partial line waits in buf until its newline, except
+ * on a live destination once the line has been redrawn ('\r'): then its text goes out at once. */
 typedef struct st_stream {
     int fd; /* -1 once closed */
     int rank;
     st_outbuf_t *out; /* where its lines go */
-    bool midline;     /* an over-long line was partly written: no prefix before the rest */
+    bool midline;     /* part of the line is out (over-long, or redrawn): no prefix before more */
+    bool redrawing;   /* live destination: the line had a '\r'; its text goes out as it comes */
+    bool cr;          /* a '\r' waits: the next text redraws the line (a '\n' just ends it) */
     char *buf;
     size_t len, cap;
 } st_stream_t;
 
 void st_out_flush(st_outbuf_t *b);
+
+/* Ends the line a stream left open on b (a redrawn progress line) and flushes, so that what is
+ * written next starts on a line of its own. */
+void st_out_break(st_outbuf_t *b);
 
 /* Reads once from a readable stream and writes out its complete lines. Returns true when data
  * came, false on EOF (the stream is then closed) or when nothing was there. */

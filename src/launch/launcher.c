@@ -3,7 +3,7 @@
  * 127.0.0.1 for the bootstrap store (rank 0 hosts it), makes a random job secret and job id, and
  * gives each rank RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
  * MASTER_ADDR/MASTER_PORT, the STRATA_* bootstrap variables, STRATA_DIAG_DIR, STRATA_MEM_CKPT_DIR
- * and the restart count.
+ * and the restart count (and STRATA_PROGRESS=bar when its stderr is a terminal).
  * Rank output goes through output.c; signals arrive in the same poll loop through a self-pipe.
  *
  * Process groups: each rank runs in a process group of its own (setpgid), not in the launcher's.
@@ -114,7 +114,7 @@ static void note(launcher_t *L, const char *fmt, ...) ST_PRINTF(2, 3);
 static void note(launcher_t *L, const char *fmt, ...)
 {
     st_out_flush(&L->out[0]);
-    st_out_flush(&L->out[1]);
+    st_out_break(&L->out[1]); // a rank's progress bar left open: this line goes below it
     va_list ap;
     va_start(ap, fmt);
     fputs("strata launch: ", stderr);
@@ -310,6 +310,10 @@ static strata_status_t set_common_env(launcher_t *L)
         rc |= setenv("STRATA_COMM_TRANSPORT", "tcp", 1);
     if (o->timeout_ms >= 0)
         rc |= setenv_int("STRATA_COMM_TIMEOUT_MS", o->timeout_ms);
+    // The ranks' stderr is a pipe to us; when ours is a terminal, their progress may be redrawn
+    // in place (we pass the redraws through live), unless the caller chose.
+    if (o->prefix && L->out[1].live)
+        rc |= setenv("STRATA_PROGRESS", "bar", 0);
     // As torchrun does: several ranks on one machine each get one OpenMP / OpenBLAS thread unless
     // the caller chose, so N ranks do not start N thread pools of nproc threads each (a program
     // asks for more explicitly, e.g. `strata train --threads`).
@@ -977,6 +981,8 @@ static strata_status_t launcher_init(launcher_t *L, int *code)
     ensure_stdio();
     L->out[0].fd = 1;
     L->out[1].fd = 2;
+    L->out[0].live = isatty(1) == 1;
+    L->out[1].live = isatty(2) == 1;
     unsigned long long limit = raise_nofile();
     unsigned long long need = (o->prefix ? 2ull * (unsigned)o->nranks : 0) + LAUNCH_SPARE_FDS;
     if (need > limit)

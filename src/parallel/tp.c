@@ -98,7 +98,8 @@ static strata_status_t tp_start(void *ctx, strata_tp_coll_t coll, const float *i
                                         "tp.reduce_scatter"};
     s->name = names[coll];
     s->id = ++g->next_id;
-    strata_trace_async_begin("tp", s->name, s->id);
+    strata_trace_arg_t arg = {"bytes", NULL, (double)(n * sizeof(float))};
+    strata_trace_async_begin_args("tp", s->name, s->id, &arg, 1);
     s->used = true;
     s->status = STRATA_OK;
     s->started_ns = st_now_ns();

@@ -36,6 +36,7 @@ strata_train_config_t strata_train_config_default(void)
     c.vp = 1;
     c.schedule = STRATA_SCHED_1F1B;
     c.progress = true;
+    c.progress_every = 5;
     return c;
 }
 
@@ -50,7 +51,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
-        "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", NULL};
+        "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -72,6 +73,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_string(&doc, r, "data", 0, false, c->data, sizeof c->data), rc, out);
     ST_TRY_GOTO(st_json_get_double(&doc, r, "val_fraction", 0, false, 0, 0.5, &c->val_fraction),
                 rc, out);
+    ST_TRY_GOTO(st_json_get_double(&doc, r, "progress_every", 0, false, 0, 86400,
+                                   &c->progress_every), rc, out);
     ST_TRY_GOTO(st_json_get_int(&doc, r, "batch", 0, false, 1, 1 << 20, &c->batch), rc, out);
     ST_TRY_GOTO(st_json_get_int(&doc, r, "seq", 0, false, 1, 65536, &c->seq), rc, out);
 #define GET_I64(key, lo, hi, field)                                                                \

@@ -1,6 +1,6 @@
 /* The training loop: batch -> forward/backward -> (sync hook) -> clip + optimizer, in one process or
- * data parallel through a ZeRO engine, with a progress bar (step, loss, tokens/s, MFU against the
- * measured GEMM peak, ETA), JSON-lines metrics, a Chrome trace of one chosen step, the non-finite
+ * data parallel through a ZeRO engine, with progress (progress.c: step, loss, validation loss,
+ * tokens/s, MFU against the measured GEMM peak, ETA, a summary), JSON-lines metrics, a Chrome trace of one chosen step, the non-finite
  * guard (a NaN/inf loss or gradient norm stops the run or skips the update, decided alike on every
  * rank), the stop request (a signal: finish the step, agree on it, checkpoint, return) and periodic
  * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c. */
@@ -333,6 +333,7 @@ static strata_status_t nonfinite_step(strata_trainer_t *t, int64_t step, float l
                         "not finite (%s); stopped before the update, nothing of this step was "
                         "applied or checkpointed (--nonfinite skip skips such steps)", step,
                         (double)loss, (double)norm, where);
+    st_progress_break(&t->prog);
     if (t->rank == 0)
         fprintf(stderr, "strata train: warning: step %" PRId64 ": loss %g, grad norm %g: not "
                 "finite (%s); skipping its update (--nonfinite skip)\n", step, (double)loss,
@@ -545,7 +546,7 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
     return STRATA_OK;
 }
 
-/* ---- peak, progress, metrics --------------------------------------------------------------------- */
+/* ---- evaluation, metrics -------------------------------------------------------------------------- */
 
 static double eval_loss(strata_trainer_t *t)
 {
@@ -566,41 +567,6 @@ static double eval_loss(strata_trainer_t *t)
     if (t->zero && st_trainer_all_sum(t, &sum, 1) < 0)
         return NAN;
     return sum / c->eval_batches / t->nranks;
-}
-
-static void progress(const strata_trainer_t *t, const strata_step_info_t *s, double mfu,
-                     double avg_tps, double eta_s, bool last)
-{
-    int width = 24, filled = (int)((double)s->step / (double)t->cfg.steps * width);
-    char bar[32];
-    for (int i = 0; i < width; i++)
-        bar[i] = i < filled ? '#' : '.';
-    bar[width] = 0;
-    int eta = (int)eta_s;
-    char slow[64] = "", link[96] = "";
-    if (s->straggler >= 0)
-        snprintf(slow, sizeof slow, "| straggler: rank %d (%.1fx) ", s->straggler,
-                 (double)s->straggler_ratio);
-    if (s->slow_link_from >= 0)
-        snprintf(link, sizeof link, "| slow link: rank %d -> %d (%.2f MB/s, others %.1f) ",
-                 s->slow_link_from, s->slow_link_to, (double)s->slow_link_MBps,
-                 (double)s->slow_link_median_MBps);
-    char bubble[192] = "";
-    if (t->pipe)
-        snprintf(bubble, sizeof bubble, "| bubble %.0f%% (schedule %.0f%%) ",
-                 100 * s->pp_bubble_mean, 100 * s->pp_bubble_predicted_mean);
-    if (t->harvester && s->bubble_s > 0) {
-        char tasks[96];
-        st_trainer_harvest_snprint(t, tasks, sizeof tasks);
-        snprintf(bubble + strlen(bubble), sizeof bubble - strlen(bubble), "| harvested %.0f%% (%s) ",
-                 100 * s->harvest_s / s->bubble_s, tasks);
-    }
-    fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 " [%s] loss %.4f | %.0f tok/s | MFU %.1f%% | "
-            "ETA %d:%02d:%02d %s%s%s", s->step, t->cfg.steps, bar, (double)s->loss, avg_tps,
-            mfu * 100, eta / 3600, eta / 60 % 60, eta % 60, bubble, slow, link);
-    if (last)
-        fputc('\n', stderr);
-    fflush(stderr);
 }
 
 /* ,"key":value with value in printf's %.*f (g false) or %.*g form, or null: JSON has no NaN. */
@@ -710,6 +676,7 @@ static strata_status_t memory_checkpoint(strata_trainer_t *t, step_ckpt_t *ck)
     if (rc == STRATA_OK || !agreed)
         return rc;
     ck->kind = "memory_failed";
+    st_progress_break(&t->prog);
     if (!t->mem_failed && (here || t->rank == 0)) // the failing ranks' reasons, rank 0's summary
         fprintf(stderr, "strata train: warning: %s; training goes on without this memory "
                 "checkpoint (a recovery falls back to the older memory step or the disk; further "
@@ -719,12 +686,11 @@ static strata_status_t memory_checkpoint(strata_trainer_t *t, step_ckpt_t *ck)
 }
 
 /* Rank 0 prints the side passes finished at this step (the progress line goes on below). */
-static void print_side(const strata_trainer_t *t, const strata_step_info_t *s)
+static void print_side(strata_trainer_t *t, const strata_step_info_t *s)
 {
     if (t->rank != 0 || (s->side_val_step <= 0 && !s->side_sample))
         return;
-    if (t->cfg.progress)
-        fputc('\n', stderr);
+    st_progress_break(&t->prog);
     if (s->side_val_step > 0)
         fprintf(stderr, "strata train: step %" PRId64 ": side eval of step %" PRId64 ": val_loss "
                 "%.4f\n", s->step, s->side_val_step, s->side_val_loss);
@@ -733,15 +699,11 @@ static void print_side(const strata_trainer_t *t, const strata_step_info_t *s)
                 s->step, s->side_sample_step, s->side_sample);
 }
 
-strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
+/* The steps to cfg.steps (or a stop request): each one's trace, progress, evaluation, checkpoint and
+ * metrics line. */
+static strata_status_t run_steps(strata_trainer_t *t, float *losses, double flops_tok)
 {
     const strata_train_config_t *c = &t->cfg;
-    bool want_mfu = c->progress || t->metrics;
-    if (want_mfu && t->peak_gflops == 0)
-        t->peak_gflops = strata_measure_gemm_peak(1024);
-    double flops_tok = strata_model_flops_per_token(t->model, c->seq);
-    double total_s = 0;
-    int64_t first = t->step;
     while (t->step < c->steps) {
         bool tracing = c->trace[0] && t->step + 1 == c->trace_step;
         if (tracing) {
@@ -767,23 +729,19 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
             ST_TRY(st_trainer_harvest_finish(t, &s));
         if (losses)
             losses[s.step - 1] = s.loss;
-        total_s += s.seconds;
-        double avg_tps = (double)(t->step - first) * c->batch * c->seq / total_s;
         double mfu = t->peak_gflops > 0 ? s.tokens_per_s * flops_tok /
                                                (t->peak_gflops * 1e9 * t->nranks) : 0;
-        double eta = (double)(c->steps - t->step) * total_s / (double)(t->step - first);
         double val = NAN;
         // With the eval side task the evaluation runs in the bubbles, but the last step's here.
         if (c->eval_every > 0 && (t->step == c->steps ||
                                   (t->step % c->eval_every == 0 && !t->side_eval)))
             val = eval_loss(t);
-        if (c->progress)
-            progress(t, &s, mfu, avg_tps, eta, t->step == c->steps);
+        bool stop = s.stop && t->step < c->steps;
+        print_side(t, &s);
+        st_progress_step(&t->prog, t, &s, val, t->step == c->steps || stop);
         if (!c->progress && isfinite(val))
             ST_LOG_INFO(ST_SUB_TRAIN, "step %" PRId64 " val_loss %.4f", t->step, val);
-        print_side(t, &s);
         // The step's checkpoint, then its metrics line (which says what was written, how fast).
-        bool stop = s.stop && t->step < c->steps;
         bool disk = c->ckpt_dir[0] && ((c->ckpt_every > 0 && t->step % c->ckpt_every == 0) ||
                                        t->step == c->steps || stop);
         step_ckpt_t ck = {NULL, 0};
@@ -808,4 +766,19 @@ strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
     if (t->zero) // the last step's parameter all-gathers: the arena is consistent on return
         ST_TRY(strata_zero_sync(t->zero));
     return STRATA_OK;
+}
+
+strata_status_t strata_trainer_run(strata_trainer_t *t, float *losses)
+{
+    const strata_train_config_t *c = &t->cfg;
+    if ((c->progress || t->metrics) && t->peak_gflops == 0) // for MFU
+        t->peak_gflops = strata_measure_gemm_peak(1024);
+    double flops_tok = strata_model_flops_per_token(t->model, c->seq);
+    st_progress_start(&t->prog, t, flops_tok);
+    strata_status_t rc = run_steps(t, losses, flops_tok);
+    if (rc == STRATA_OK)
+        st_progress_summary(&t->prog);
+    else // the error's message starts on a line of its own
+        st_progress_break(&t->prog);
+    return rc;
 }

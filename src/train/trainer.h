@@ -10,6 +10,7 @@
 #include "strata/mesh.h"
 #include "strata/pipeline.h"
 #include "strata/train.h"
+#include "train/progress.h"
 #include "train/side_tasks.h"
 #include "train/slowlink.h"
 #include "train/straggler.h"
@@ -31,6 +32,7 @@ struct strata_trainer {
     int stopped;           /* strata_trainer_stopped */
     strata_resume_info_t resumed; /* strata_trainer_resume_info */
     bool mem_failed;       /* a memory checkpoint failed (warned once) */
+    st_progress_t prog;    /* the progress line of strata_trainer_run */
     /* data parallel (strata_trainer_distribute): NULL zero = single process */
     strata_comm_t *comm;
     strata_zero_t *zero;

@@ -165,6 +165,48 @@ check "concurrent long lines are kept whole" whole_lines
 launch -n 2 --no-prefix -- sh -c 'echo "plain $RANK"'
 check "--no-prefix passes output through" test "$(sort "$TMP/out" | tr '\n' ' ')" = "plain 0 plain 1 "
 
+# A line a rank redraws in place ('\r', a progress bar). In a file it is one line, kept whole, and
+# the ranks are not told to redraw. On a terminal (script(1) gives the launcher one) each redraw
+# passes through as it comes, prefixed again, the ranks get STRATA_PROGRESS=bar, and another rank's
+# line first ends the open one. The ranks wait for files the test creates once it has seen the
+# output before, so nothing depends on timing: a launcher that held the redrawn line until its
+# newline never shows "bar 1", and the check fails at the deadline.
+launch -n 1 -- sh -c 'printf "\rbar 1\rbar 2\n" >&2; echo "style=${STRATA_PROGRESS-unset}"'
+check "in a file a redrawn line stays one line, whole" test "$(cat -v "$TMP/err")" = "[r0] ^Mbar 1^Mbar 2"
+check "ranks writing to a file are not told to redraw" has "^\[r0\] style=unset$" "$TMP/out"
+cat >"$TMP/bars.sh" <<'EOF'
+wait_file() { while [ ! -e "$DIR/$1" ]; do sleep 0.05; done; }
+if [ "$RANK" = 0 ]; then
+    echo "style=$STRATA_PROGRESS" >&2
+    printf '\rbar 1' >&2; wait_file go1
+    printf '\rbar 2' >&2; wait_file said
+    printf '\rbar 3\n' >&2
+else
+    wait_file go2; echo hello >&2; touch "$DIR/said"
+fi
+EOF
+# seen PATTERN: waits (at most $HANG s) until the terminal's output shows PATTERN (cat -v form).
+seen() {
+    for _ in $(seq $((HANG * 20))); do
+        cat -v "$TMP/tty" 2>/dev/null | grep -q -e "$1" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+DIR=$TMP script -qfec "timeout -k 5 $HANG $STRATA launch -n 2 -- sh $TMP/bars.sh" "$TMP/tty" \
+    >/dev/null 2>&1 </dev/null &
+tty_pid=$!
+seen '\^M\[r0\] bar 1'; live1=$?
+touch "$TMP/go1"
+seen '\^M\[r0\] bar 2'; live2=$?
+touch "$TMP/go2"
+wait "$tty_pid"; rc=$?
+cp "$TMP/tty" "$TMP/err"
+check "on a terminal the ranks are told to redraw (STRATA_PROGRESS=bar)" has "^\[r0\] style=bar" "$TMP/err"
+check "on a terminal a redrawn line shows while the rank runs" test "$live1" -eq 0 -a "$live2" -eq 0
+check "another rank's line starts below the open redrawn line" grep -q '^\[r1\] hello' <(cat -v "$TMP/tty")
+check "the redraw goes on below it and ends with its newline" grep -q '^\^M\[r0\] bar 3\^M$' <(cat -v "$TMP/tty")
+
 # ---- failures ------------------------------------------------------------------------------------
 
 launch -n 3 -- sh -c 'if [ "$RANK" = 1 ]; then exit 7; fi; sleep 300'

@@ -29,6 +29,7 @@ int cmd_topo(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 
 /* The whole model of a checkpoint (ckpt_model.c): a directory, a shard file or an unsharded file;
  * `who` names the command in warnings. Returns 0, or 1 after printing why. */

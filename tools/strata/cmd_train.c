@@ -31,7 +31,10 @@ static void usage(FILE *f)
             "  --metrics FILE     JSON lines, one per step\n"
             "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
             "  --eval-every N     validation loss every N steps\n"
-            "  --quiet            no progress bar\n"
+            "  --quiet            no progress and no summary\n"
+            "  --progress-every S  seconds between progress lines when stderr is not a terminal\n"
+            "                     (a file, a pipe, a launcher's log; STRATA_PROGRESS=lines|bar\n"
+            "                     chooses) [5; 0 = every step]\n"
             "SIGTERM/SIGINT: finish the step, write a final checkpoint (--ckpt-dir), exit 0;\n"
             "a second signal kills.\n"
             "data parallel (under strata launch -n N / torchrun / Slurm / mpirun, N > 1):\n"
@@ -212,7 +215,7 @@ int cmd_train(int argc, char **argv)
     int plan_ranks = 0; // --plan: the ranks the plan is for
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
-           O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
+           O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
            O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_HELP };
     static const struct option opts[] = {
@@ -225,6 +228,7 @@ int cmd_train(int argc, char **argv)
         {"ckpt-dir", 1, 0, O_CKDIR},    {"ckpt-every", 1, 0, O_CKEVERY}, {"keep", 1, 0, O_KEEP},
         {"resume", 0, 0, O_RESUME},     {"metrics", 1, 0, O_METRICS}, {"trace", 1, 0, O_TRACE},
         {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
+        {"progress-every", 1, 0, O_PROGEVERY},
         {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
         {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
         {"nonfinite", 1, 0, O_NONFINITE}, {"mem-ckpt-dir", 1, 0, O_MEMDIR},
@@ -292,6 +296,7 @@ int cmd_train(int argc, char **argv)
         case O_TRACESTEP: if (!num(flag, optarg, 1, 1e12, &d)) return 2; cfg.trace_step = (int64_t)d; break;
         case O_EVAL: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.eval_every = (int64_t)d; break;
         case O_QUIET: cfg.progress = false; break;
+        case O_PROGEVERY: if (!num(flag, optarg, 0, 86400, &d)) return 2; cfg.progress_every = d; break;
         case O_STRAGGLER: if (!num(flag, optarg, 0, 1 << 20, &d)) return 2; cfg.straggler_window = (int)d; break;
         case O_ZERO: INT(0, 3, cfg.zero); break;
         case O_HPZ: snprintf(cfg.hpz, sizeof cfg.hpz, "%s", optarg); break;

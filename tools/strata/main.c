@@ -25,6 +25,7 @@ static const strata_cmd_t commands[] = {
     {"sample", "print text generated from a training checkpoint", cmd_sample},
     {"export", "write a checkpoint's whole model as one named safetensors file (PyTorch)",
      cmd_export},
+    {"trace", "merge the ranks' Chrome traces into one timeline of the job", cmd_trace},
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };
