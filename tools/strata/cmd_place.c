@@ -108,8 +108,10 @@ static int write_file(const char *path, const strata_cluster_t *c, const strata_
         strata_write_rankfile(c, p, f);
     else if (kind == 2)
         strata_write_env(c, p, job, f);
-    else
-        strata_write_place_svg(c, p, job, f);
+    else if (strata_write_place_svg(c, p, job, f) < 0) {
+        fclose(f);
+        return cmd_fail(NULL, "%s: %s", path, strata_last_error());
+    }
     if (fclose(f) != 0)
         return cmd_fail(NULL, "%s: write failed", path);
     return 0;
