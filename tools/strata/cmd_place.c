@@ -149,6 +149,15 @@ static json_object *cost_json(const strata_cluster_t *c, const strata_cost_t *k)
     }
     json_object_object_add(o, "bytes_crossing", x);
     json_object_object_add(o, "units_used", u);
+    json_object *g = json_object_new_object(); // the most units of each level one group touches
+    for (int i = 0; i < STRATA_DIM_COUNT; i++) {
+        json_object *e = json_object_new_object();
+        for (int l = 0; l < c->topo.nlevels; l++)
+            json_object_object_add(e, c->topo.level[l].name,
+                                   json_object_new_int(k->group_span[i][l]));
+        json_object_object_add(g, strata_dim_name((strata_dim_t)i), e);
+    }
+    json_object_object_add(o, "group_span", g);
     return o;
 }
 
