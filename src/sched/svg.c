@@ -257,8 +257,8 @@ static strata_status_t layout_hosts(const strata_cluster_t *c, const int *slot, 
 }
 
 /* The host's state and ranks, for its tooltip. */
-static void host_tooltip(FILE *f, const strata_cluster_t *c, const strata_placement_t *p,
-                         const strata_job_t *job, int h, int slot, long long pph, bool spare)
+static void host_tooltip(FILE *f, const strata_cluster_t *c, const strata_job_t *job, int h,
+                         int slot, long long pph, bool spare)
 {
     char path[512];
     st_xml_text(f, strata_cluster_host_path(c, h, path, sizeof path));
@@ -276,7 +276,6 @@ static void host_tooltip(FILE *f, const strata_cluster_t *c, const strata_placem
     }
     if (spare)
         fputs(", kept as a spare", f);
-    (void)p;
 }
 
 typedef struct text_line {
@@ -374,7 +373,28 @@ strata_status_t strata_write_place_svg(const strata_cluster_t *c, const strata_p
     const char *span_note = "most units one group spans (1 = every group stays inside one):";
 
     const double title_w = ST_MAX(st_svg_text_width(title.s, 14), st_svg_text_width(sub.s, 11));
-    const double key_w = 560, table_w = ST_MAX(colx[ncols], colx[NCOL_FIXED] + st_svg_text_width(span_note, 10));
+    // The colour key's entries: a few replicas, then the host states.
+    struct {
+        char fill[8], label[32];
+        bool outline;
+    } key[8];
+    int nkey = 0;
+    double key_w = 0;
+    for (int i = 0; i < ST_MIN(job->dp, 4); i++, nkey++) {
+        replica_colour(i, key[nkey].fill);
+        snprintf(key[nkey].label, sizeof key[nkey].label, i == 3 && job->dp > 4 ? "replica %d ..." : "replica %d", i);
+        key[nkey].outline = false;
+    }
+    static const char *const state_fill[] = {FREE_FILL, BUSY_FILL, FAILED_FILL, FREE_FILL};
+    static const char *const state_name[] = {"free", "busy", "failed", "spare (outlined)"};
+    for (int i = 0; i < 4; i++, nkey++) {
+        snprintf(key[nkey].fill, sizeof key[nkey].fill, "%s", state_fill[i]);
+        snprintf(key[nkey].label, sizeof key[nkey].label, "%s", state_name[i]);
+        key[nkey].outline = i == 3;
+    }
+    for (int i = 0; i < nkey; i++)
+        key_w += 14 + st_svg_text_width(key[i].label, 11) + 12;
+    const double table_w = ST_MAX(colx[ncols], colx[NCOL_FIXED] + st_svg_text_width(span_note, 10));
     const double top = 58, legend_y = top + L.height + 8;
     const double W = ceil(ST_MAX(ST_MAX(LEFT + L.width, 10 + title_w), 10 + ST_MAX(key_w, table_w)) + 16);
     const double H = ceil(legend_y + 30 + 18 * (nrows + 2) + 16);
@@ -442,31 +462,18 @@ strata_status_t strata_write_place_svg(const strata_cluster_t *c, const strata_p
                    "fill=\"%s\"%s><title>",
                 P->ox + L.hx[h], top + P->oy + L.hy[h], L.cell, L.cell, fill,
                 spare[h] ? " stroke=\"black\" stroke-width=\"1.5\"" : "");
-        host_tooltip(f, c, p, job, h, slot[h], pph, spare[h]);
+        host_tooltip(f, c, job, h, slot[h], pph, spare[h]);
         fprintf(f, "</title></rect>\n");
     }
 
     // Colour key.
     double kx = 10, ky = legend_y + 12;
-    const int nkey = ST_MIN(job->dp, 4);
-    for (int i = 0; i < nkey + 4; i++) {
-        char fill[8], label[48];
-        const char *stroke = "";
-        if (i < nkey) {
-            replica_colour(i, fill);
-            snprintf(label, sizeof label, i + 1 < nkey || job->dp == nkey ? "replica %d" : "replica %d ...", i);
-        } else {
-            static const char *const fills[] = {FREE_FILL, BUSY_FILL, FAILED_FILL, FREE_FILL};
-            static const char *const names[] = {"free", "busy", "failed", "spare (outlined)"};
-            snprintf(fill, sizeof fill, "%s", fills[i - nkey]);
-            snprintf(label, sizeof label, "%s", names[i - nkey]);
-            if (i - nkey == 3)
-                stroke = " stroke=\"black\" stroke-width=\"1.5\"";
-        }
+    for (int i = 0; i < nkey; i++) {
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"%s/>"
                    "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                kx, ky - 9, fill, stroke, kx + 14, ky, label);
-        kx += 14 + st_svg_text_width(label, 11) + 12;
+                kx, ky - 9, key[i].fill, key[i].outline ? " stroke=\"black\" stroke-width=\"1.5\"" : "",
+                kx + 14, ky, key[i].label);
+        kx += 14 + st_svg_text_width(key[i].label, 11) + 12;
     }
 
     // The group table.

@@ -560,7 +560,7 @@ static void test_svg_text_fits(void **state)
     (void)state;
     strata_cluster_t c;
     small_cluster(&c, "n[11-12] failed\n");
-    strata_job_t j = job_of(4, 2, 2);
+    strata_job_t j = job_of(4, 1, 5); // five replicas: the colour key is at its longest
     strata_placement_t p;
     assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
     char *svg = place_svg(&c, &p, &j);
