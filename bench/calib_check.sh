@@ -90,7 +90,7 @@ run_shape() { # run_shape NAME emu-args...
         n=$((n > iters ? n : iters))
         n=$((n < 20 ? n : 20))
         for algo in auto ${algos//,/ }; do
-            local force="" b="$S bench allreduce --sizes $sz -n $n -w 1 --json"
+            local force="" b="$S bench allreduce --sizes $sz -n $n -w 1 -a 3 --json"
             [ "$algo" = auto ] || force="STRATA_COMM_ALGO=allreduce:$algo"
             runs+=(--run "STRATA_TOPO_CALIBRATE=$calib $force $b | sed 's/^/$algo /' >>$res")
         done

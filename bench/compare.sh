@@ -195,11 +195,13 @@ for rep in $(seq "$REPEAT"); do
             flag=()
             [ $tr = tcp ] && flag=(--tcp)
             for c in ${COLLS//,/ }; do
+                # -a 3: the maximum over ranks, as the peers report (strata's default is
+                # nccl-tests' average).
                 run "strata-$tr" "strata-$tr-$c$r" "$STRATA" launch -n 2 "${flag[@]}" -- \
-                    "$STRATA" bench "$c" "${peer_args[@]}"
+                    "$STRATA" bench "$c" -a 3 "${peer_args[@]}"
                 # The same over strata_mem_alloc buffers, which peers on the host reach directly.
                 [ $tr = shm ] && run "strata_mem-$tr" "strata_mem-$tr-$c$r" "$STRATA" launch -n 2 \
-                    -- "$STRATA" bench "$c" -R 1 "${peer_args[@]}"
+                    -- "$STRATA" bench "$c" -R 1 -a 3 "${peer_args[@]}"
             done
         fi
         if [ $have_openmpi = 1 ]; then

@@ -103,6 +103,9 @@ typedef struct strata_job {
  * device per step: a 70B-class model's orders of magnitude). */
 STRATA_API strata_job_t strata_job_default(void);
 STRATA_API long long strata_job_world(const strata_job_t *job);
+/* The coordinate of `rank` in dimension d of the job's layout (0 .. size of d - 1), by its order:
+ * for d = STRATA_DIM_DP, the data-parallel replica the rank belongs to. */
+STRATA_API int strata_job_coord(const strata_job_t *job, long long rank, strata_dim_t d);
 
 /* Reads the layout and per-dimension bytes from `strata plan --json` output (predict: the root
  * object; search: its first "top" entry). Errors: STRATA_ERR_IO, STRATA_ERR_PARSE. */
@@ -136,6 +139,10 @@ typedef struct strata_cost {
     double cross_bytes[STRATA_TOPO_MAX_LEVELS]; /* per step, all ranks: bytes of groups whose
                                                    outermost crossed level is >= i */
     int hosts_per_level[STRATA_TOPO_MAX_LEVELS]; /* distinct units of each level the job uses */
+    int group_span[STRATA_DIM_COUNT][STRATA_TOPO_MAX_LEVELS]; /* [d][l]: the most level-l units
+                                     one group of dimension d touches (1: every group stays inside
+                                     one; [d][0] counts hosts). Set for every dimension, priced or
+                                     not: how many racks and zones a TP/PP/DP group spans */
 } strata_cost_t;
 
 typedef struct strata_placement {
@@ -175,10 +182,17 @@ STRATA_API void strata_write_rankfile(const strata_cluster_t *c, const strata_pl
  * STRATA_TOPO_PATH as KEY=VALUE lines. */
 STRATA_API void strata_write_env(const strata_cluster_t *c, const strata_placement_t *p,
                                  const strata_job_t *job, FILE *f);
-/* SVG of the cluster: one row of hosts per top-level child, grouped by level, hosts of the job
- * coloured by data-parallel replica, busy grey, failed red, spares outlined. */
-STRATA_API void strata_write_place_svg(const strata_cluster_t *c, const strata_placement_t *p,
-                                       const strata_job_t *job, FILE *f);
+/* SVG of the placement: a panel per child of the top level (zones; one panel when the tree has
+ * fewer than four levels), in it a column per level-1 unit (rack) holding its hosts top down, wider
+ * gaps where columns differ at a higher level; each labelled. Hosts of the job are coloured by
+ * data-parallel replica (never red), free light grey, busy grey, failed red, spares outlined; each
+ * host's tooltip gives its path, state and ranks. Below: a colour key and a table of the job's
+ * groups per dimension (how many, of how many ranks, the most hosts/racks/zones... one group spans
+ * (cost.group_span), its predicted time per step). Every name is XML-escaped; the picture is as
+ * wide as its longest text. Errors: STRATA_ERR_NO_MEMORY (nothing written). */
+STRATA_API strata_status_t strata_write_place_svg(const strata_cluster_t *c,
+                                                  const strata_placement_t *p,
+                                                  const strata_job_t *job, FILE *f);
 
 /* ---- simulation -------------------------------------------------------------------------------- */
 
@@ -225,7 +239,7 @@ typedef struct strata_sim_opts {
     uint64_t seed;
     int spares;      /* spare hosts kept per failure domain (topo policy), default 2 */
     int spare_level; /* failure domain level; 0 (default) = the top's children (zones) */
-    int samples;     /* utilisation samples kept for plots (default 200) */
+    int samples;     /* most utilisation samples kept for plots, 2 to 256 (default 200) */
 } strata_sim_opts_t;
 
 STRATA_API strata_sim_opts_t strata_sim_opts_default(void);
@@ -247,8 +261,12 @@ typedef struct strata_sim_report {
     long long ranks_moved;
     double resched_mean_us, resched_max_us; /* wall time to choose a replacement */
     double wall_s;                          /* wall time of the simulation */
+    /* Utilisation over time, for plots: sample k is the mean over [k w, (k+1) w) of busy
+     * accelerators / capacity, w = sample_width_s, the last sample ending at the makespan. Equal
+     * widths from time 0: when the run outgrows them, neighbours merge and w doubles. */
     int nsamples;
-    double sample_t[256], sample_util[256];
+    double sample_width_s;
+    double sample_util[256];
 } strata_sim_report_t;
 
 /* Replays `trace` on a copy of `c` (the cluster is not changed). Errors: STRATA_ERR_NO_MEMORY. */
@@ -261,7 +279,8 @@ STRATA_API strata_status_t strata_sim_run(const strata_cluster_t *c, const strat
 STRATA_API strata_status_t strata_place_replace(const strata_cluster_t *c, int failed,
                                                 const bool *is_spare, int *out);
 
-/* SVG plot of utilisation over time, one line per report. */
+/* SVG plot of utilisation over time: a lane per report (its own colour, label, 0-100% axis), all
+ * on one time axis with ticks, each drawn as a step over its samples from 0 to its makespan. */
 STRATA_API void strata_write_sim_svg(const strata_sim_report_t *r, int nreports, FILE *f);
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "strata/env.h"
 #include "strata/status.h"
@@ -31,6 +32,15 @@ static inline long long st_mul_sat(long long a, long long b)
 const char *st_format_double(double v, char *buf, size_t size);
 /* The ranks r with in[r] as ranges, "0-2, 4, 6-7"; cut short (at a range) when buf is full. */
 void st_format_ranks(const bool *in, int n, char *buf, size_t len);
+
+/* ---- text in SVG pictures (svg.c) -------------------------------------------------------------- */
+
+/* Writes s as XML character data or attribute text: & < > " ' escaped, control characters as '?'. */
+void st_xml_text(FILE *f, const char *s);
+/* The same for a printf-formatted string. */
+void st_xml_textf(FILE *f, const char *fmt, ...) ST_PRINTF(2, 3);
+/* An upper estimate of the width in pixels of s in sans-serif at font_px (UTF-8 aware). */
+double st_svg_text_width(const char *s, double font_px);
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 

@@ -1,11 +1,12 @@
-/* What Slurm, Open MPI and torchrun take from a placement, and a picture of it.
+/* What Slurm, Open MPI and torchrun take from a placement.
  *
  *   SLURM_HOSTFILE   one host name per line, line r = the host of task r; used with
  *                    `srun --distribution=arbitrary` (Slurm repeats a name once per task on it)
  *   Open MPI rankfile  "rank R=HOST slot=S" (mpirun --rankfile FILE, or --map-by rankfile:file=)
  *   environment      per host: NNODES, NODE_RANK, NPROC_PER_NODE, MASTER_ADDR/PORT,
  *                    STRATA_RANKS (global ranks by local rank) and STRATA_TOPO_PATH
- * The job layout reader (`strata plan --json`) is here too. Nothing here chooses hosts. */
+ * The job layout reader (`strata plan --json`) is here too; the pictures are in svg.c. Nothing
+ * here chooses hosts. */
 #include "base/base.h"
 #include "base/json.h"
 #include "strata/sched.h"
@@ -43,77 +44,6 @@ void strata_write_env(const strata_cluster_t *c, const strata_placement_t *p,
         fprintf(f, "\nSTRATA_TOPO_PATH=%s\n\n",
                 strata_cluster_host_path(c, h, path, sizeof path));
     }
-}
-
-/* A colour per data-parallel replica, from a fixed hue walk. */
-static void replica_colour(int i, char *buf, size_t size)
-{
-    int hue = (i * 137) % 360;
-    snprintf(buf, size, "hsl(%d,70%%,55%%)", hue);
-}
-
-void strata_write_place_svg(const strata_cluster_t *c, const strata_placement_t *p,
-                            const strata_job_t *job, FILE *f)
-{
-    int nl = c->topo.nlevels;
-    int row_level = nl >= 2 ? nl - 2 : 0; // one row per child of the top
-    int nrows = c->ndom[row_level];
-    int *replica = malloc((size_t)c->nhosts * sizeof *replica);
-    int *col = calloc((size_t)nrows, sizeof *col);
-    bool *spare = calloc((size_t)c->nhosts, sizeof *spare);
-    if (!replica || !col || !spare) {
-        free(replica);
-        free(col);
-        free(spare);
-        return;
-    }
-    for (int h = 0; h < c->nhosts; h++)
-        replica[h] = -1;
-    long long per_replica = strata_job_world(job) / (job->dp > 0 ? job->dp : 1);
-    long long pph = p->nhosts ? p->world / p->nhosts : 1;
-    for (int j = 0; j < p->nhosts; j++)
-        replica[p->hosts[j]] = (int)((long long)j * pph / (per_replica > 0 ? per_replica : 1));
-    for (int s = 0; s < p->nspares; s++)
-        spare[p->spares[s]] = true;
-    int maxcol = 0;
-    for (int h = 0; h < c->nhosts; h++)
-        maxcol = ST_MAX(maxcol, ++col[c->hosts[h].dom[row_level]]);
-    int cell = maxcol > 400 ? 3 : maxcol > 100 ? 5 : 12, gap = 1;
-    int W = 140 + maxcol * (cell + gap) + 20, H = 60 + nrows * (cell + 6) + 40;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: job tp%d cp%d pp%d dp%d on %d hosts; "
-               "colour = data-parallel replica, grey = busy, red = failed, outline = spare; "
-               "comm %.4g s/step</text>\n",
-            c->topo.name, job->tp, job->cp, job->pp, job->dp, p->nhosts, p->cost.total_s);
-    memset(col, 0, (size_t)nrows * sizeof *col);
-    for (int h = 0; h < c->nhosts; h++) {
-        int r = c->hosts[h].dom[row_level];
-        int x = 130 + col[r]++ * (cell + gap), y = 40 + r * (cell + 6);
-        // A small gap between units of the level below the rows (racks).
-        if (row_level >= 1 && h > 0 && c->hosts[h - 1].dom[row_level] == r &&
-            c->hosts[h - 1].dom[row_level - 1] != c->hosts[h].dom[row_level - 1])
-            col[r]++;
-        char fill[40] = "#eeeeee";
-        if (replica[h] >= 0)
-            replica_colour(replica[h], fill, sizeof fill);
-        else if (c->hosts[h].state == STRATA_HOST_BUSY)
-            snprintf(fill, sizeof fill, "#9e9e9e");
-        else if (c->hosts[h].state == STRATA_HOST_FAILED)
-            snprintf(fill, sizeof fill, "#d32f2f");
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"%s>"
-                   "<title>%s</title></rect>\n",
-                x, y, cell, cell, fill, spare[h] ? " stroke=\"black\" stroke-width=\"1\"" : "",
-                c->hosts[h].name);
-        if (col[r] == 1)
-            fprintf(f, "<text x=\"10\" y=\"%d\">%s</text>\n", y + cell,
-                    c->dom_name[c->dom_off[row_level] + r]);
-    }
-    fprintf(f, "</svg>\n");
-    free(replica);
-    free(col);
-    free(spare);
 }
 
 /* ---- job from `strata plan --json` ------------------------------------------------------------- */

@@ -86,6 +86,15 @@ long long strata_job_world(const strata_job_t *j)
     return st_mul_sat(st_mul_sat(j->tp, j->cp), st_mul_sat(j->pp, j->dp));
 }
 
+int strata_job_coord(const strata_job_t *j, long long rank, strata_dim_t d)
+{
+    long long stride = 1;
+    for (int oi = 0; oi < STRATA_DIM_COUNT && j->order[oi] != d; oi++)
+        stride *= dim_size(j, j->order[oi]);
+    int n = dim_size(j, d);
+    return n > 0 ? (int)((rank / stride) % n) : 0;
+}
+
 uint64_t st_sched_rand(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -156,9 +165,12 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
     for (int d = 0; d < STRATA_DIM_COUNT; d++)
         maxn = ST_MAX(maxn, dim_size(job, job->order[d]));
     int *hs = malloc((size_t)maxn * sizeof *hs), *units = malloc((size_t)maxn * nl * sizeof *units);
-    if (!hs || !units) {
+    // seen[dom_off[l] + u]: the last group (numbered from 1) with a member in unit u of level l.
+    long long *seen = calloc((size_t)c->dom_off[nl] + 1, sizeof *seen), group = 0;
+    if (!hs || !units || !seen) {
         free(hs);
         free(units);
+        free(seen);
         return st_error(STRATA_ERR_NO_MEMORY, "placement cost: out of memory");
     }
     strata_status_t rc = STRATA_OK;
@@ -168,7 +180,9 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
         long long st = stride;
         stride *= n;
         double bytes = job->bytes[d];
-        if (n < 2 || !(bytes > 0))
+        for (int l = 0; l < nl; l++)
+            out->group_span[d][l] = 1;
+        if (n < 2)
             continue;
         double worst = 0;
         int worst_level = 0;
@@ -177,10 +191,21 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
         for (long long r0 = 0; r0 < world && rc == STRATA_OK; r0++) {
             if ((r0 / st) % n)
                 continue;
+            int span[STRATA_TOPO_MAX_LEVELS] = {0};
+            group++;
             for (int k = 0; k < n; k++) {
                 hs[k] = rank_host[r0 + (long long)k * st];
                 memcpy(units + (size_t)k * nl, c->hosts[hs[k]].dom, (size_t)nl * sizeof *units);
+                for (int l = 0; l < nl; l++) {
+                    long long *mark = &seen[c->dom_off[l] + c->hosts[hs[k]].dom[l]];
+                    span[l] += *mark != group;
+                    *mark = group;
+                }
             }
+            for (int l = 0; l < nl; l++)
+                out->group_span[d][l] = ST_MAX(out->group_span[d][l], span[l]);
+            if (!(bytes > 0)) // no traffic to price: the span is all there is to say
+                continue;
             strata_price_shape_t shape;
             rc = strata_price_shape_units(&c->topo, n, units, NULL, &shape);
             if (rc < 0)
@@ -204,12 +229,15 @@ strata_status_t strata_place_cost(const strata_cluster_t *c, const strata_job_t 
             worst = ST_MAX(worst, t);
             worst_level = ST_MAX(worst_level, shape.top);
         }
+        if (!(bytes > 0))
+            continue;
         out->dim_s[d] = worst;
         out->dim_level[d] = worst_level;
         out->total_s += worst;
     }
     free(hs);
     free(units);
+    free(seen);
     if (rc < 0)
         return rc;
     // Units of each level the job touches.

@@ -287,6 +287,8 @@ typedef struct sim {
     uint64_t rng;
     int zone_level;
     double busy_accels, last_t, util_int, frag_int;
+    double capacity;  /* accelerators of the cluster */
+    int max_samples;  /* utilisation samples kept; neighbours merge beyond */
     strata_sim_report_t *r;
     double *waits;
     int nwaits;
@@ -317,27 +319,58 @@ static double fragmentation(const sim_t *s)
     return nfree ? (double)outside / nfree : 0;
 }
 
+/* Adds busy accelerator-seconds over [t0, t1) to the equal-width samples. Until the end of the run
+ * a sample holds accelerator-seconds; sample_finish turns them into means. A run longer than the
+ * samples hold merges neighbours pairwise and doubles the width, so the samples always cover the
+ * run from 0 at one width (keeping every other instant instead thinned the early hours away). */
+static void sample_add(sim_t *s, double t0, double t1, double busy)
+{
+    strata_sim_report_t *r = s->r;
+    while (t0 < t1) {
+        long long k = (long long)(t0 / r->sample_width_s);
+        if ((k + 1) * r->sample_width_s <= t0) // rounding put t0 at the end of sample k
+            k++;
+        if (k >= s->max_samples) {
+            for (int i = 0; i < s->max_samples; i++)
+                r->sample_util[i] = 2 * i >= r->nsamples ? 0
+                                    : r->sample_util[2 * i] +
+                                          (2 * i + 1 < r->nsamples ? r->sample_util[2 * i + 1] : 0);
+            r->nsamples = (r->nsamples + 1) / 2;
+            r->sample_width_s *= 2;
+            continue;
+        }
+        double end = ST_MIN(t1, (k + 1) * r->sample_width_s);
+        r->sample_util[k] += busy * (end - t0);
+        r->nsamples = ST_MAX(r->nsamples, (int)k + 1);
+        t0 = end;
+    }
+}
+
+/* Accelerator-seconds to mean utilisation, over samples that end at the makespan. */
+static void sample_finish(sim_t *s)
+{
+    strata_sim_report_t *r = s->r;
+    const double w = r->sample_width_s, end = r->makespan_s;
+    int n = end > 0 ? (int)ceil(end / w - 1e-9) : 0;
+    n = ST_MAX(1, ST_MIN(n, s->max_samples));
+    for (int k = 0; k < n; k++) {
+        double len = ST_MIN(w, end - k * w);
+        r->sample_util[k] = len > 0 && s->capacity > 0 ? r->sample_util[k] / (s->capacity * len) : 0;
+    }
+    for (int k = n; k < r->nsamples; k++)
+        r->sample_util[k] = 0;
+    r->nsamples = n;
+}
+
 static void advance(sim_t *s, double t)
 {
     double dt = t - s->last_t;
     if (dt > 0) {
         s->util_int += s->busy_accels * dt;
         s->frag_int += fragmentation(s) * dt;
+        sample_add(s, s->last_t, t, s->busy_accels);
     }
     s->last_t = t;
-    strata_sim_report_t *r = s->r;
-    double cap = 0;
-    for (int h = 0; h < s->c.nhosts; h++)
-        cap += s->c.hosts[h].accels;
-    if (r->nsamples == 256) { // keep every other sample
-        for (int i = 0; i < 128; i++) {
-            r->sample_t[i] = r->sample_t[2 * i];
-            r->sample_util[i] = r->sample_util[2 * i];
-        }
-        r->nsamples = 128;
-    }
-    r->sample_t[r->nsamples] = t;
-    r->sample_util[r->nsamples++] = cap > 0 ? s->busy_accels / cap : 0;
 }
 
 static strata_status_t try_start(sim_t *s, double t)
@@ -511,7 +544,13 @@ strata_status_t strata_sim_run(const strata_cluster_t *c, const strata_trace_t *
     for (int h = 0; h < c->nhosts; h++) {
         s.owner[h] = -1;
         s.repair_at[h] = -1;
+        s.capacity += c->hosts[h].accels;
     }
+    // Samples start a little finer than the trace's last arrival needs; merging widens them.
+    s.max_samples = o.samples >= 2 && o.samples <= 256 ? o.samples : o.samples > 256 ? 256 : 200;
+    out->sample_width_s = 1;
+    if (trace->nevents > 0 && trace->ev[trace->nevents - 1].time_s > s.max_samples)
+        out->sample_width_s = trace->ev[trace->nevents - 1].time_s / s.max_samples;
     // Crossing zones = crossing between the top level's children; racks: between level-1 units.
     s.zone_level = c->topo.nlevels - 1;
     for (int i = 0; i < trace->nevents; i++)
@@ -568,9 +607,8 @@ strata_status_t strata_sim_run(const strata_cluster_t *c, const strata_trace_t *
     out->never_started = out->jobs - out->started;
     if (out->makespan_s <= 0)
         out->makespan_s = t;
-    double cap = 0;
-    for (int h = 0; h < c->nhosts; h++)
-        cap += c->hosts[h].accels;
+    sample_finish(&s);
+    const double cap = s.capacity;
     out->utilisation = out->makespan_s > 0 ? s.util_int / (cap * out->makespan_s) : 0;
     out->fragmentation = s.last_t > 0 ? s.frag_int / s.last_t : 0;
     if (out->started)
@@ -596,37 +634,4 @@ out:
     free(s.waits);
     out->wall_s = (double)(st_now_ns() - wall0) / 1e9;
     return rc;
-}
-
-void strata_write_sim_svg(const strata_sim_report_t *r, int nreports, FILE *f)
-{
-    const char *colours[] = {"#1976d2", "#d32f2f", "#388e3c", "#7b1fa2"};
-    double tmax = 1;
-    for (int i = 0; i < nreports; i++)
-        for (int k = 0; k < r[i].nsamples; k++)
-            tmax = ST_MAX(tmax, r[i].sample_t[k]);
-    int W = 720, H = 360, x0 = 60, y0 = 30, pw = 600, ph = 260;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" "
-               "height=\"100%%\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"13\">accelerator utilisation over time</text>\n",
-            x0);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n",
-            x0, y0, pw, ph);
-    for (int g = 0; g <= 4; g++)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d%%</text>\n", x0 - 4,
-                y0 + ph - g * ph / 4 + 4, g * 25);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">time (h), 0 to %.1f</text>\n", x0, y0 + ph + 18,
-            tmax / 3600);
-    for (int i = 0; i < nreports; i++) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
-                colours[i % 4]);
-        for (int k = 0; k < r[i].nsamples; k++)
-            fprintf(f, "%.1f,%.1f ", x0 + pw * r[i].sample_t[k] / tmax,
-                    y0 + ph - ph * r[i].sample_util[k]);
-        fprintf(f, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">%s: %.1f%%</text>\n",
-                x0 + 10 + 140 * i, y0 + ph + 36, colours[i % 4], strata_policy_name(r[i].policy),
-                100 * r[i].utilisation);
-    }
-    fprintf(f, "</svg>\n");
 }

@@ -25,24 +25,6 @@ static void shade(unsigned c, int chunk_round, char out[8])
     snprintf(out, 8, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
-static void text(FILE *f, const char *s)
-{
-    for (; s && *s; s++)
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        default:
-            fputc(*s, f);
-        }
-}
-
 static double row_height(int stages)
 {
     return stages > 64 ? 6 : stages > 16 ? 12 : 22;
@@ -54,7 +36,7 @@ static double draw(FILE *f, const strata_pp_timeline_t *t, const char *title, do
 {
     const double row = row_height(t->stages), plot = WIDTH - LEFT - RIGHT;
     fprintf(f, "<text x=\"10\" y=\"%.1f\" font-weight=\"bold\">", y + 14);
-    text(f, title ? title : "timeline");
+    st_xml_text(f, title ? title : "timeline");
     fprintf(f, "</text><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">makespan %.4g s, mean bubble "
                "%.1f%%</text>\n",
             WIDTH - RIGHT, y + 14, t->makespan, 100 * t->bubble_mean);
@@ -143,13 +125,13 @@ strata_status_t strata_pp_timeline_svg_opts(const strata_pp_timeline_t *first,
     double y = 10;
     if (opts->title) {
         fprintf(f, "<text x=\"10\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\">", y + 10);
-        text(f, opts->title);
+        st_xml_text(f, opts->title);
         fputs("</text>\n", f);
         y += 24;
     }
     if (opts->subtitle) {
         fprintf(f, "<text x=\"10\" y=\"%.1f\">", y + 8);
-        text(f, opts->subtitle);
+        st_xml_text(f, opts->subtitle);
         fputs("</text>\n", f);
         y += 20;
     }
@@ -180,7 +162,7 @@ strata_status_t strata_pp_timeline_svg_opts(const strata_pp_timeline_t *first,
         fprintf(f, "<rect x=\"%.0f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"#%06x\"/>", x,
                 y - 11, k < 3 ? colour[k] : tail_colour);
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">", x + 20, y);
-        text(f, label[k]);
+        st_xml_text(f, label[k]);
         fputs("</text>\n", f);
         x += 40 + 7.0 * (double)strlen(label[k]);
     }
@@ -190,7 +172,7 @@ strata_status_t strata_pp_timeline_svg_opts(const strata_pp_timeline_t *first,
     y += 42;
     for (int k = 0; k < opts->nnotes; k++, y += 20) {
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">", LEFT, y);
-        text(f, opts->notes[k]);
+        st_xml_text(f, opts->notes[k]);
         fputs("</text>\n", f);
     }
     fputs("</svg>\n", f);

@@ -6,6 +6,7 @@
 #include "strata/sched.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,6 +398,246 @@ static void test_padded_names(void **state)
     strata_cluster_free(&c);
 }
 
+/* ---- the picture (strata_write_place_svg) --------------------------------------------------------- */
+
+/* The picture as one string. */
+static char *place_svg(const strata_cluster_t *c, const strata_placement_t *p, const strata_job_t *j)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(strata_write_place_svg(c, p, j, f), STRATA_OK);
+    long len = ftell(f);
+    assert_true(len > 0);
+    char *buf = malloc((size_t)len + 1);
+    assert_non_null(buf);
+    rewind(f);
+    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+typedef struct drawn_host {
+    char name[64];
+    double x, y, hue; /* hue in degrees, -1 for a grey */
+    char fill[32];
+} drawn_host_t;
+
+/* Hue of "#rrggbb" or "hsl(h,...)"; -1 for a grey. */
+static double fill_hue(const char *fill)
+{
+    double h;
+    unsigned rgb;
+    if (sscanf(fill, "hsl(%lf", &h) == 1)
+        return h;
+    assert_int_equal(sscanf(fill, "#%6x", &rgb), 1);
+    double r = (rgb >> 16 & 255) / 255.0, g = (rgb >> 8 & 255) / 255.0, b = (rgb & 255) / 255.0;
+    double mx = r > g ? (r > b ? r : b) : (g > b ? g : b), mn = r < g ? (r < b ? r : b) : (g < b ? g : b);
+    if (mx - mn < 0.05)
+        return -1;
+    double hue = mx == r ? 60 * fmod((g - b) / (mx - mn), 6) : mx == g ? 60 * ((b - r) / (mx - mn) + 2)
+                                                                      : 60 * ((r - g) / (mx - mn) + 4);
+    return hue < 0 ? hue + 360 : hue;
+}
+
+/* Every cell with a tooltip, in the order drawn: its host's name (the last part of a path), where
+ * it is and its colour. */
+static int drawn_hosts(const char *svg, drawn_host_t *out, int max)
+{
+    int n = 0;
+    for (const char *t = strstr(svg, "<title>"); t && n < max; t = strstr(t + 1, "<title>")) {
+        const char *start = svg;
+        for (const char *q = t; q > svg; q--)
+            if (!strncmp(q, "<rect", 5)) {
+                start = q;
+                break;
+            }
+        drawn_host_t *d = &out[n++];
+        const char *x = strstr(start, " x=\""), *y = strstr(start, " y=\""), *fl = strstr(start, "fill=\"");
+        assert_true(x && y && fl && x < t && y < t && fl < t);
+        d->x = atof(x + 4);
+        d->y = atof(y + 4);
+        sscanf(fl + 6, "%31[^\"]", d->fill);
+        d->hue = fill_hue(d->fill);
+        const char *nm = t + 7, *end = strpbrk(nm, ":<");
+        for (const char *q = nm; q < end; q++)
+            if (*q == '/')
+                nm = q + 1;
+        snprintf(d->name, sizeof d->name, "%.*s", (int)(end - nm), nm);
+    }
+    return n;
+}
+
+static const drawn_host_t *drawn(const drawn_host_t *d, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(d[i].name, name))
+            return &d[i];
+    fail_msg("host %s is not drawn", name);
+    return NULL;
+}
+
+/* The gap between racks falls between the last host of one leaf and the first of the next: every
+ * pair of consecutive hosts of one leaf lies closer (horizontally) than any pair that crosses into
+ * the next leaf of the same spine. (It was drawn one host late: n04|n05 adjacent, n05 n06 apart.) */
+static void test_svg_rack_gap(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_job_t j = job_of(4, 1, 1);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    char *svg = place_svg(&c, &p, &j);
+    drawn_host_t d[16];
+    assert_int_equal(drawn_hosts(svg, d, 16), 16);
+    double within = 0, across = 1e9;
+    for (int h = 0; h + 1 < c.nhosts; h++) {
+        if (c.hosts[h].dom[2] != c.hosts[h + 1].dom[2])
+            continue; // another spine: another panel
+        const double dx = fabs(drawn(d, 16, c.hosts[h + 1].name)->x - drawn(d, 16, c.hosts[h].name)->x);
+        if (leaf_of(&c, h) == leaf_of(&c, h + 1))
+            within = dx > within ? dx : within;
+        else
+            across = dx < across ? dx : across;
+    }
+    assert_true(within < across);
+    free(svg);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* A replica is never coloured like a failed host: every host of the job has a hue at least 30
+ * degrees from the failed hosts' red, and replicas that differ get different colours. */
+static void test_svg_replica_not_failed_red(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n[11-12] failed\nn01 busy\n");
+    strata_job_t j = job_of(4, 1, 4);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    char *svg = place_svg(&c, &p, &j);
+    drawn_host_t d[16];
+    assert_int_equal(drawn_hosts(svg, d, 16), 16);
+    const drawn_host_t *f11 = drawn(d, 16, "n11"), *f12 = drawn(d, 16, "n12");
+    assert_string_equal(f11->fill, f12->fill);
+    assert_true(f11->hue >= 0 && (f11->hue < 15 || f11->hue > 345)); // failed stays red
+    for (int k = 0; k < p.nhosts; k++) {
+        const drawn_host_t *h = drawn(d, 16, c.hosts[p.hosts[k]].name);
+        assert_true(h->hue >= 0); // coloured, not a grey
+        double dist = fabs(h->hue - f11->hue);
+        dist = dist > 180 ? 360 - dist : dist;
+        assert_true(dist >= 30);
+        for (int m = 0; m < k; m++) // one host per replica here: all differ
+            assert_string_not_equal(h->fill, drawn(d, 16, c.hosts[p.hosts[m]].name)->fill);
+    }
+    free(svg);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* The picture is XML whatever the names: host, switch and cluster names with & < > " ' come out
+ * escaped, and every '<' opens a tag, every '&' an entity. */
+static void test_svg_escapes_names(void **state)
+{
+    (void)state;
+    const char *conf = "SwitchName=le&af1 Nodes=a&b[1-2]\nSwitchName=l<2> Nodes=c<d[1-2]\n"
+                       "SwitchName=top Switches=le&af1,l<2>\n";
+    strata_slurm_topo_t st;
+    strata_cluster_t c;
+    assert_int_equal(strata_slurm_topo_parse(conf, "names.conf", &st), STRATA_OK);
+    assert_int_equal(strata_cluster_from_slurm(&st, NULL, 4, &c), STRATA_OK);
+    strata_slurm_topo_free(&st);
+    snprintf(c.topo.name, sizeof c.topo.name, "lab \"A&B\" <x>");
+    strata_job_t j = job_of(4, 1, 2);
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    char *svg = place_svg(&c, &p, &j);
+    assert_non_null(strstr(svg, "a&amp;b1"));
+    assert_non_null(strstr(svg, "c&lt;d2"));
+    assert_non_null(strstr(svg, "lab &quot;A&amp;B&quot; &lt;x&gt;"));
+    for (const char *s = svg; *s; s++) {
+        if (*s == '<')
+            assert_true(s[1] == '/' || s[1] == '!' || s[1] == '?' || (s[1] >= 'a' && s[1] <= 'z'));
+        if (*s == '&')
+            assert_true(!strncmp(s, "&amp;", 5) || !strncmp(s, "&lt;", 4) || !strncmp(s, "&gt;", 4) ||
+                        !strncmp(s, "&quot;", 6) || !strncmp(s, "&apos;", 6));
+    }
+    free(svg);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* Every line of text that is not turned fits the picture's width (at 0.55 em a character, less
+ * than sans-serif takes): the title used to run off a small cluster's picture. */
+static void test_svg_text_fits(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, "n[11-12] failed\n");
+    strata_job_t j = job_of(4, 1, 5); // five replicas: the colour key is at its longest
+    strata_placement_t p;
+    assert_int_equal(strata_place(&c, &j, NULL, &p), STRATA_OK);
+    char *svg = place_svg(&c, &p, &j);
+    const char *w = strstr(svg, "width=\"");
+    assert_non_null(w);
+    const double width = atof(w + 7);
+    int lines = 0;
+    for (const char *t = strstr(svg, "<text "); t; t = strstr(t + 1, "<text ")) {
+        const char *gt = strchr(t, '>'), *end = strstr(t, "</text>");
+        assert_true(gt && end);
+        if (memmem(t, (size_t)(gt - t), "transform", 9))
+            continue;
+        const char *xa = strstr(t, " x=\""), *fs = strstr(t, "font-size=\"");
+        double x = atof(xa + 4), font = fs && fs < gt ? atof(fs + 11) : 11;
+        int chars = 0;
+        for (const char *q = gt + 1; q < end; q++, chars++)
+            if (*q == '&') // an entity is one character
+                q = strchr(q, ';');
+        assert_true(x + 0.55 * font * chars <= width);
+        lines++;
+    }
+    assert_true(lines >= 5);
+    free(svg);
+    strata_placement_free(&p);
+    strata_cluster_free(&c);
+}
+
+/* How many hosts, leafs and spines the biggest group of each dimension spans, on a hand placement:
+ * slots 0-3 (ranks 4j..4j+3: tp inside a host, pp pairs slots 0-1 and 2-3, dp pairs 0-2 and 1-3)
+ * on n01 (leaf1), n05 (leaf2), n09 (leaf3), n13 (leaf4); leaf1-2 under spine1, leaf3-4 under
+ * spine2. A dimension without traffic still has its span. */
+static void test_group_span(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_cluster(&c, NULL);
+    strata_job_t j = job_of(4, 2, 2);
+    j.bytes[STRATA_DIM_DP] = 0;
+    const char *slot_host[4] = {"n01", "n05", "n09", "n13"};
+    int rank_host[16];
+    for (int r = 0; r < 16; r++)
+        rank_host[r] = strata_cluster_find_host(&c, slot_host[r / 4]);
+    strata_cost_t k;
+    assert_int_equal(strata_place_cost(&c, &j, rank_host, &k), STRATA_OK);
+    const int want[STRATA_DIM_COUNT][4] = {
+        [STRATA_DIM_TP] = {1, 1, 1, 1}, [STRATA_DIM_CP] = {1, 1, 1, 1},
+        [STRATA_DIM_PP] = {2, 2, 1, 1}, [STRATA_DIM_DP] = {2, 2, 2, 1}};
+    for (int d = 0; d < STRATA_DIM_COUNT; d++)
+        for (int l = 0; l < 4; l++)
+            assert_int_equal(k.group_span[d][l], want[d][l]);
+    assert_int_equal(k.dim_level[STRATA_DIM_DP], -1); // no traffic, no price
+    assert_true(k.dim_s[STRATA_DIM_DP] == 0);
+    assert_int_equal(k.dim_level[STRATA_DIM_PP], 2);
+    // The coordinate of a rank in each dimension, by the job's order.
+    assert_int_equal(strata_job_coord(&j, 13, STRATA_DIM_TP), 1);
+    assert_int_equal(strata_job_coord(&j, 13, STRATA_DIM_PP), 1);
+    assert_int_equal(strata_job_coord(&j, 13, STRATA_DIM_DP), 1);
+    assert_int_equal(strata_job_coord(&j, 5, STRATA_DIM_DP), 0);
+    strata_cluster_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,7 +646,9 @@ int main(void)
         cmocka_unit_test(test_brute_force_optimum), cmocka_unit_test(test_spare_replacement),
         cmocka_unit_test(test_output_syntax),     cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_invalid),           cmocka_unit_test(test_beats_hostname_order),
-        cmocka_unit_test(test_padded_names),
+        cmocka_unit_test(test_padded_names),      cmocka_unit_test(test_svg_rack_gap),
+        cmocka_unit_test(test_svg_replica_not_failed_red), cmocka_unit_test(test_svg_escapes_names),
+        cmocka_unit_test(test_svg_text_fits),     cmocka_unit_test(test_group_span),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,10 @@
 /* The scheduler simulation: a seeded trace and its replay are reproducible, a failure inside a
  * running job moves only that host's ranks to a spare of the same zone, traces are read and
- * malformed ones refused with file:line. */
+ * malformed ones refused with file:line, utilisation samples cover the whole run. */
 #include "harness/st_test.h"
 #include "strata/sched.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,12 +197,70 @@ static void test_spares_kept(void **state)
     strata_cluster_free(&c);
 }
 
+/* Utilisation samples for the plot: equal widths from time 0 to the makespan, each the mean over
+ * its span. Half the cluster busy for 4000 s, then all of it for 4000 s: 8 samples are 4 x 0.5 and
+ * 4 x 1 (the width doubled from 500 s once the run outgrew it); 3 samples of 2666.7 s give 0.5,
+ * 0.75, 1. (Keeping every other instant instead left the first hours with a sample or two.) */
+static void test_samples_cover_the_run(void **state)
+{
+    (void)state;
+    strata_cluster_t c;
+    small_preset(&c);
+    strata_trace_t t;
+    char path[] = "/tmp/strata-test-trace-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_file(path, "job 0 0 256 tp=8 pp=1 duration=4000\njob 4000 1 512 tp=8 pp=1 duration=4000\n");
+    assert_int_equal(strata_trace_load(&c, path, &t), STRATA_OK);
+    strata_sim_opts_t o = strata_sim_opts_default();
+    o.policy = STRATA_POLICY_FIRST_FIT;
+    o.samples = 8;
+    strata_sim_report_t r;
+    assert_int_equal(strata_sim_run(&c, &t, &o, &r), STRATA_OK);
+    assert_true(r.makespan_s == 8000);
+    assert_int_equal(r.nsamples, 8);
+    assert_true(fabs(r.sample_width_s - 1000) < 1e-9);
+    for (int k = 0; k < 8; k++)
+        assert_true(fabs(r.sample_util[k] - (k < 4 ? 0.5 : 1.0)) < 1e-12);
+    o.samples = 3;
+    assert_int_equal(strata_sim_run(&c, &t, &o, &r), STRATA_OK);
+    assert_int_equal(r.nsamples, 3);
+    assert_true(fabs(r.sample_width_s - 8000.0 / 3) < 1e-9);
+    const double want[3] = {0.5, 0.75, 1.0};
+    for (int k = 0; k < 3; k++)
+        assert_true(fabs(r.sample_util[k] - want[k]) < 1e-12);
+    strata_trace_free(&t);
+    remove(path);
+
+    // A generated trace of a thousand events: the samples still start at 0, end at the makespan,
+    // and add up to the reported utilisation.
+    assert_int_equal(strata_trace_generate(&c, 1000, 30, 7, &t), STRATA_OK);
+    for (int p = 0; p < STRATA_POLICY_COUNT; p++) {
+        o = strata_sim_opts_default();
+        o.policy = (strata_policy_t)p;
+        assert_int_equal(strata_sim_run(&c, &t, &o, &r), STRATA_OK);
+        assert_true(r.nsamples > o.samples / 4 && r.nsamples <= o.samples);
+        const double w = r.sample_width_s;
+        assert_true((r.nsamples - 1) * w < r.makespan_s && r.makespan_s <= r.nsamples * w * (1 + 1e-12));
+        double busy = 0;
+        for (int k = 0; k < r.nsamples; k++) {
+            assert_true(r.sample_util[k] >= 0 && r.sample_util[k] <= 1 + 1e-12);
+            busy += r.sample_util[k] * fmin(w, r.makespan_s - k * w);
+        }
+        assert_true(fabs(busy / r.makespan_s - r.utilisation) < 1e-9);
+    }
+    strata_trace_free(&t);
+    strata_cluster_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_failure_uses_spare),
         cmocka_unit_test(test_spares_kept),
+        cmocka_unit_test(test_samples_cover_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,65 +1,61 @@
-/* `strata bench`: times one collective over a range of sizes, in the manner of nccl-tests, and runs
- * under a launcher (`strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4`).
+/* `strata bench`: times one collective over a range of sizes the way nccl-tests does, with
+ * nccl-tests' options and output, so scripts written for nccl-tests run unchanged; runs under a
+ * launcher (`strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4`).
  *
- * Sizes mean what they mean in nccl-tests: the bytes of the collective's largest buffer, so for
- * allreduce, reduce and bcast the one buffer, and for reduce_scatter, allgather, alltoall, gather
- * and scatter the full nranks-block buffer (the per-rank count is bytes / size / nranks, rounded
- * down). For each size every rank runs `-w` warm-up calls, a barrier, then `-n` calls back to back;
- * the loop's time divided by `-n` is the rank's time, and the table shows the maximum over ranks.
- * algbw = bytes / time; busbw = algbw times the factor nccl-tests uses (its PERFORMANCE.md and, for
- * gather/scatter/alltoall, its source): allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall,
- * gather, scatter (n-1)/n; bcast and reduce 1. `strata bench barrier` reports the barrier's
- * latency.
+ * For every dtype (-d, or all), op (-o, or all; reductions only) and size, two passes as in
+ * nccl-tests: out of place, then in place (bench_data.h says where the buffers sit). A pass runs
+ * a barrier, `-w` warm-up calls, a barrier, then `-n` x `-m` timed calls (`-G N` repeats the timed
+ * loop N times, as N CUDA-graph launches would; `-z 1` puts a barrier after every call). The
+ * rank's time per call is combined over ranks by `-a` (0 rank 0's, 1 the average, the default, 2
+ * the minimum, 3 the maximum); algbw = bytes / time, busbw = algbw x the nccl-tests factor. With
+ * `-c N` the pass then runs N more times on fresh inputs into poisoned outputs and counts the
+ * wrong elements over all ranks (#wrong). The table is nccl-tests' with strata's columns after
+ * it (the algorithm the communicator picked, the cost model's time), and its footer lines:
+ * "# Out of bounds values : N OK|FAILED" (passes with wrong elements, counted per rank) and
+ * "# Avg bus bandwidth    : X" (the mean busbw of all passes), then strata's own verdict.
  *
- * With `-c 1` the inputs are filled per rank with small integers chosen so every partial result is
- * exact in the chosen dtype (sums stay below the dtype's largest exact integer, a product has one
- * factor 2, an average has rank offsets summing to zero), the collective runs once more after
- * timing into poisoned output, and each rank compares its output exactly with a value computed
- * locally in closed form; the verdict is reduced over ranks. Only an average in a floating type is
- * allowed 2 ulps, since dividing by nranks may be done as a multiplication by 1/nranks.
- *
- * It is a thin tool: it parses, calls the public communicator API, and prints. It does not know
- * how any collective is implemented beyond the algorithm name the communicator reports.
+ * It is a thin tool: it parses, calls the public communicator API, and prints. It does not know how
+ * any collective is implemented beyond the algorithm name the communicator reports.
  */
-#include <errno.h>
+#include <getopt.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <time.h>
+#include <unistd.h>
 
+#include "strata/bench_data.h"
 #include "strata/cmd.h"
 #include "strata/link_calib.h"
 #include "strata/strata.h"
 
-#define BENCH_MAX_SIZES 64
+#define BENCH_MAX_SIZES 4096
 #define BENCH_ALIGN     64
+
+typedef enum average { AVG_RANK0 = 0, AVG_MEAN, AVG_MIN, AVG_MAX } average_t;
 
 typedef struct bench_opts {
     strata_coll_t coll;
-    long long min_bytes, max_bytes, factor;
-    long long sizes[BENCH_MAX_SIZES]; /* --sizes list; nsizes 0 = the -b/-e/-f range */
+    long long min_bytes, max_bytes, factor, step;
+    bool factor_given, step_given;
+    long long *sizes; /* --sizes list (owned); nsizes 0 = the -b/-e/-f/-i range */
     int nsizes;
-    int iters, warmup;
-    bool check;
-    strata_dtype_t dtype;
-    strata_op_t op;
+    int iters, agg, warmup, check, graphs, timeout_s;
+    bool blocking, cputime;
+    average_t average;
+    strata_dtype_t dtypes[STRATA_DTYPE_COUNT]; /* -d: one, or all */
+    int ndtypes;
+    strata_op_t ops[STRATA_OP_COUNT]; /* -o: one, or all */
+    int nops;
     int root;
     bool json;
     bool registered; /* -R 1: buffers from strata_mem_alloc */
 } bench_opts_t;
-
-/* One benchmarked size, resolved for this communicator. */
-typedef struct shape {
-    size_t param;      /* the count passed to the API (per rank or per block, as the API wants) */
-    size_t send_count; /* elements in this rank's send buffer (on root for scatter) */
-    size_t recv_count; /* elements in this rank's receive buffer (on root for gather) */
-    size_t total;      /* elements nccl-tests reports: the largest buffer */
-} shape_t;
 
 static void usage(FILE *f)
 {
@@ -67,28 +63,42 @@ static void usage(FILE *f)
             "usage: strata bench COLLECTIVE [options]     (run it under `strata launch`)\n"
             "\n"
             "COLLECTIVE: allreduce reduce bcast reduce_scatter allgather alltoall gather scatter\n"
-            "            barrier\n"
+            "            barrier (nccl-tests names also: all_reduce, broadcast, all_gather, ...)\n"
             "\n"
-            "options (nccl-tests style):\n"
-            "  -b MIN        smallest size in bytes, K/M/G suffixes (default 8)\n"
-            "  -e MAX        largest size (default 64M)\n"
-            "  -f FACTOR     multiply the size by FACTOR each step (default 2)\n"
-            "  --sizes LIST  explicit comma-separated sizes instead of -b/-e/-f (8,64K,1M)\n"
-            "  -n ITERS      timed iterations per size (default 20)\n"
-            "  -w WARMUP     warm-up iterations per size (default 5)\n"
-            "  -c 0|1        check the results (default 1)\n"
-            "  -d DTYPE      f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
-            "  -o OP         sum prod min max avg (default sum)\n"
-            "  -r ROOT       root of reduce, bcast, gather, scatter (default 0)\n"
-            "  -R 0|1        1: buffers from strata_mem_alloc, which peers on the host reach\n"
-            "                directly (as nccl-tests' -R registers them; default 0: malloc)\n"
-            "  --json        one JSON object per size instead of the table\n"
+            "nccl-tests options (short or long form, same meaning):\n"
+            "  -b,--minbytes N       smallest size in bytes, K/M/G suffixes (default 8)\n"
+            "  -e,--maxbytes N       largest size (default 64M)\n"
+            "  -f,--stepfactor F     multiply the size by F each step (default 2)\n"
+            "  -i,--stepbytes N      add N bytes each step instead (when -f is not given or is 1)\n"
+            "  -n,--iters N          timed iterations per size (default 20)\n"
+            "  -m,--agg_iters N      calls per timed iteration (default 1)\n"
+            "  -w,--warmup_iters N   warm-up iterations per size and pass (default 5)\n"
+            "  -c,--check N          check the results N times per pass, 0 = no check (default 1)\n"
+            "  -d,--datatype T       float double half bfloat16 int32 int64 uint8 (or f32 f64 f16\n"
+            "                        bf16 i32 i64 u8), or all (default float)\n"
+            "  -o,--op OP            sum prod min max avg, or all (default sum)\n"
+            "  -r,--root N           root of reduce, bcast, gather, scatter (default 0)\n"
+            "  -a,--average 0|1|2|3  time over ranks: 0 rank 0's, 1 average, 2 min, 3 max "
+            "(default 1)\n"
+            "  -z,--blocking 0|1     1: a barrier after every call\n"
+            "  -G,--cudagraph N      repeat the timed loop N times (there are no graphs on a CPU)\n"
+            "  -C,--report_cputime 0|1  name the time column cputime (calls block: the same)\n"
+            "  -T,--timeout S        give up on a call after S seconds (0: STRATA_COMM_TIMEOUT_MS)\n"
+            "  -R,--local_register 0|1|2  1, 2: buffers from strata_mem_alloc, which peers on the\n"
+            "                        host reach directly (default 0: malloc)\n"
+            "  -g,--ngpus 1  -t,--nthreads 1  -p,--parallel_init 0|1  -y,--stream_null 0|1\n"
+            "                        accepted for nccl-tests scripts: one rank per process, no\n"
+            "                        streams; other counts are refused\n"
+            "strata's own:\n"
+            "  --sizes LIST          explicit comma-separated sizes instead of -b/-e/-f (8,64K,1M)\n"
+            "  --json                one JSON object per size instead of the table\n"
             "\n"
             "SIZE is the collective's largest buffer, as in nccl-tests: for reduce_scatter,\n"
-            "allgather, alltoall, gather and scatter it holds all nranks blocks.\n"
-            "time_us is the maximum over ranks of the average time per call; algbw = size / time;\n"
-            "busbw = algbw * (2(n-1)/n for allreduce; (n-1)/n for reduce_scatter, allgather,\n"
-            "alltoall, gather, scatter; 1 for bcast, reduce).\n"
+            "allgather, alltoall, gather and scatter it holds all nranks blocks. Each size runs\n"
+            "out of place, then in place. algbw = size / time; busbw = algbw * (2(n-1)/n for\n"
+            "allreduce; (n-1)/n for reduce_scatter, allgather, alltoall, gather, scatter; 1 for\n"
+            "bcast, reduce). #wrong: wrong elements over all ranks (N/A without -c).\n"
+            "NCCL_TESTS_MIN_BW=X fails the run when the average bus bandwidth is below 0.9 X.\n"
             "\n"
             "example: strata launch -n 2 -- strata bench allreduce -b 8 -e 256M -f 4\n");
 }
@@ -105,374 +115,320 @@ static int usage_error(const char *fmt, ...)
     return 2;
 }
 
-/* Returns 0, 2 after a usage error, or -1 for --help. */
-static int parse_args(int argc, char **argv, bench_opts_t *o)
+/* ---- names as nccl-tests prints and takes them --------------------------------------------------- */
+
+/* nccl-tests' order of its types, those strata has; the name it prints for each. */
+static const struct {
+    strata_dtype_t dtype;
+    const char *name;
+} nccl_types[] = {
+    {STRATA_DTYPE_U8, "uint8"},  {STRATA_DTYPE_I32, "int32"},  {STRATA_DTYPE_I64, "int64"},
+    {STRATA_DTYPE_F16, "half"},  {STRATA_DTYPE_F32, "float"},  {STRATA_DTYPE_F64, "double"},
+    {STRATA_DTYPE_BF16, "bfloat16"},
+};
+static const strata_op_t nccl_ops[] = {STRATA_OP_SUM, STRATA_OP_PROD, STRATA_OP_MAX, STRATA_OP_MIN,
+                                       STRATA_OP_AVG};
+
+static const char *type_name(strata_dtype_t dt)
 {
-    *o = (bench_opts_t){.min_bytes = 8,
-                        .max_bytes = 64LL << 20,
-                        .factor = 2,
-                        .iters = 20,
-                        .warmup = 5,
-                        .check = true,
-                        .dtype = STRATA_DTYPE_F32,
-                        .op = STRATA_OP_SUM,
-                        .root = 0};
-    const char *coll = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return -1;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (a[0] != '-') {
-            if (coll)
-                return usage_error("unexpected argument '%s'", a);
-            coll = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return usage_error("%s needs a value", a);
-        const char *v = argv[++i];
-        long long n;
-        if (!strcmp(a, "-b") || !strcmp(a, "-e")) {
-            if (!strata_parse_size(v, &n))
-                return usage_error("%s wants a size such as 8, 64K or 256M, got '%s'", a, v);
-            *(a[1] == 'b' ? &o->min_bytes : &o->max_bytes) = n;
-        } else if (!strcmp(a, "--sizes")) {
-            char *copy = strdup(v);
-            if (!copy)
-                return usage_error("%s", "out of memory");
-            o->nsizes = 0;
-            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save)) {
-                if (o->nsizes == BENCH_MAX_SIZES || !strata_parse_size(tok, &n)) {
-                    free(copy);
-                    return usage_error("--sizes wants up to %d sizes such as 8,64K,1M, got '%s'",
-                                       BENCH_MAX_SIZES, v);
-                }
-                o->sizes[o->nsizes++] = n;
-            }
-            free(copy);
-            if (o->nsizes == 0)
-                return usage_error("%s", "--sizes is empty");
-        } else if (!strcmp(a, "-f")) {
-            if (!cmd_parse_int(v, 1, 1 << 20, &o->factor))
-                return usage_error("-f wants a whole factor >= 1, got '%s'", v);
-        } else if (!strcmp(a, "-n")) {
-            if (!cmd_parse_int(v, 1, INT_MAX, &n))
-                return usage_error("-n wants a number of iterations >= 1, got '%s'", v);
-            o->iters = (int)n;
-        } else if (!strcmp(a, "-w")) {
-            if (!cmd_parse_int(v, 0, INT_MAX, &n))
-                return usage_error("-w wants a number of warm-up iterations >= 0, got '%s'", v);
-            o->warmup = (int)n;
-        } else if (!strcmp(a, "-c")) {
-            if (!cmd_parse_int(v, 0, 1, &n))
-                return usage_error("-c wants 0 or 1, got '%s'", v);
-            o->check = n != 0;
-        } else if (!strcmp(a, "-R")) {
-            if (!cmd_parse_int(v, 0, 1, &n))
-                return usage_error("-R wants 0 or 1, got '%s'", v);
-            o->registered = n != 0;
-        } else if (!strcmp(a, "-d")) {
-            if (strata_dtype_parse(v, &o->dtype) != STRATA_OK)
-                return usage_error("-d: unknown dtype '%s' (f32 f64 f16 bf16 i32 i64 u8)", v);
-        } else if (!strcmp(a, "-o")) {
-            if (strata_op_parse(v, &o->op) != STRATA_OK)
-                return usage_error("-o: unknown op '%s' (sum prod min max avg)", v);
-        } else if (!strcmp(a, "-r")) {
-            if (!cmd_parse_int(v, 0, INT_MAX, &n))
-                return usage_error("-r wants a rank >= 0, got '%s'", v);
-            o->root = (int)n;
-        } else {
-            return usage_error("unknown option '%s'", a);
-        }
+    for (size_t i = 0; i < sizeof nccl_types / sizeof nccl_types[0]; i++)
+        if (nccl_types[i].dtype == dt)
+            return nccl_types[i].name;
+    return strata_dtype_name(dt);
+}
+
+static int parse_dtype(const char *v, bench_opts_t *o)
+{
+    o->ndtypes = 0;
+    if (!strcmp(v, "all")) {
+        for (size_t i = 0; i < sizeof nccl_types / sizeof nccl_types[0]; i++)
+            o->dtypes[o->ndtypes++] = nccl_types[i].dtype;
+        return 0;
     }
-    if (!coll)
-        return usage_error("%s", "missing COLLECTIVE (allreduce, reduce, bcast, reduce_scatter, "
-                                 "allgather, alltoall, gather, scatter or barrier)");
-    if (strata_coll_parse(coll, &o->coll) != STRATA_OK)
-        return usage_error("unknown collective '%s'", coll);
-    if (o->min_bytes > o->max_bytes && o->nsizes == 0)
-        return usage_error("-b %lld is larger than -e %lld", o->min_bytes, o->max_bytes);
-    if (o->factor < 2 && o->min_bytes != o->max_bytes && o->nsizes == 0)
-        return usage_error("%s", "-f must be at least 2 unless -b equals -e");
+    if (!strcmp(v, "int8") || !strcmp(v, "uint32") || !strcmp(v, "uint64") || !strcmp(v, "char") ||
+        !strcmp(v, "int") || !strncmp(v, "fp8", 3) || !strncmp(v, "f8", 2))
+        return usage_error("-d %s: strata has no such type; it has float double half bfloat16 "
+                           "int32 int64 uint8 (or all)", v);
+    if (strata_dtype_parse(v, &o->dtypes[0]) != STRATA_OK)
+        return usage_error("-d: unknown type '%s' (float double half bfloat16 int32 int64 uint8, "
+                           "f32 f64 f16 bf16 i32 i64 u8, or all)", v);
+    o->ndtypes = 1;
     return 0;
 }
 
-/* ---- sizes --------------------------------------------------------------------------------- */
-
-static bool has_op(strata_coll_t c)
+static int parse_op(const char *v, bench_opts_t *o)
 {
-    return c == STRATA_COLL_ALLREDUCE || c == STRATA_COLL_REDUCE || c == STRATA_COLL_REDUCE_SCATTER;
-}
-
-static bool has_root(strata_coll_t c)
-{
-    return c == STRATA_COLL_REDUCE || c == STRATA_COLL_BCAST || c == STRATA_COLL_GATHER ||
-           c == STRATA_COLL_SCATTER;
-}
-
-static shape_t shape_for(strata_coll_t c, size_t bytes, size_t esize, int nranks)
-{
-    size_t n = (size_t)nranks, elems = bytes / esize, blk = elems / n;
-    switch (c) {
-    case STRATA_COLL_ALLREDUCE:
-    case STRATA_COLL_REDUCE:
-    case STRATA_COLL_BCAST:
-        return (shape_t){elems, elems, elems, elems};
-    case STRATA_COLL_REDUCE_SCATTER:
-    case STRATA_COLL_SCATTER:
-        return (shape_t){blk, blk * n, blk, blk * n};
-    case STRATA_COLL_ALLGATHER:
-    case STRATA_COLL_GATHER:
-        return (shape_t){blk, blk, blk * n, blk * n};
-    case STRATA_COLL_ALLTOALL:
-        return (shape_t){blk, blk * n, blk * n, blk * n};
-    default:
-        return (shape_t){0, 0, 0, 0};
+    o->nops = 0;
+    if (!strcmp(v, "all")) {
+        for (size_t i = 0; i < sizeof nccl_ops / sizeof nccl_ops[0]; i++)
+            o->ops[o->nops++] = nccl_ops[i];
+        return 0;
     }
+    if (!strcmp(v, "mulsum"))
+        return usage_error("-o mulsum: strata has no pre-multiplied sum (sum prod min max avg, or "
+                           "all)");
+    if (strata_op_parse(v, &o->ops[0]) != STRATA_OK)
+        return usage_error("-o: unknown op '%s' (sum prod min max avg, or all)", v);
+    o->nops = 1;
+    return 0;
 }
 
-/* The bus-bandwidth factor of nccl-tests for each collective. */
-static double busbw_factor(strata_coll_t c, int nranks)
+/* nccl-tests' binaries are all_reduce_perf, broadcast_perf, ...: take their spellings too. */
+static strata_status_t parse_coll(const char *v, strata_coll_t *out)
 {
-    double n = nranks;
-    switch (c) {
-    case STRATA_COLL_ALLREDUCE:
-        return 2.0 * (n - 1) / n;
-    case STRATA_COLL_REDUCE_SCATTER:
-    case STRATA_COLL_ALLGATHER:
-    case STRATA_COLL_ALLTOALL:
-    case STRATA_COLL_GATHER:
-    case STRATA_COLL_SCATTER:
-        return (n - 1) / n;
-    default:
-        return 1.0;
-    }
+    static const struct {
+        const char *alias, *name;
+    } alias[] = {{"all_reduce", "allreduce"}, {"all_gather", "allgather"}, {"broadcast", "bcast"},
+                 {"alltoall", "alltoall"},   {"all_to_all", "alltoall"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(v, alias[i].alias))
+            return strata_coll_parse(alias[i].name, out);
+    return strata_coll_parse(v, out);
 }
 
-/* ---- element access ------------------------------------------------------------------------ */
+/* ---- options ------------------------------------------------------------------------------------- */
 
-/* ---- deterministic data and its expected reduction ----------------------------------------- */
+static int int_arg(const char *flag, const char *v, long long lo, long long hi, int *out)
+{
+    long long n;
+    if (!cmd_parse_int(v, lo, hi, &n))
+        return usage_error("%s wants a whole number from %lld to %lld, got '%s'", flag, lo, hi, v);
+    *out = (int)n;
+    return 0;
+}
 
-/* What a rank contributes and what the result must be, for the reduction collectives. Values are
- * (rank + i) % m for sum, min and max, where m keeps any partial sum exact in the dtype. */
-typedef struct fill {
+static int size_arg(const char *flag, const char *v, long long *out)
+{
+    if (!strata_parse_size(v, out) || *out < 0)
+        return usage_error("%s wants a size in bytes such as 8, 64K or 256M, got '%s'", flag, v);
+    return 0;
+}
+
+/* A count nccl-tests takes that strata has one of (-g GPUs per thread, -t threads per process). */
+static int one_only(const char *flag, const char *v, const char *what)
+{
+    int n = 1;
+    if (int_arg(flag, v, 0, INT_MAX, &n))
+        return 2;
+    if (n != 1)
+        return usage_error("%s %d: a strata rank is one process driving one CPU, so %s can only "
+                           "be 1; for more, start more ranks with the launcher (strata launch -n N "
+                           "-- strata bench ...)", flag, n, what);
+    return 0;
+}
+
+/* Returns 0, 2 after a usage error, or -1 for --help. */
+static int parse_args(int argc, char **argv, bench_opts_t *o)
+{
+    *o = (bench_opts_t){.min_bytes = 8, .max_bytes = 64LL << 20, .factor = 2, .step = 1 << 20,
+                        .iters = 20, .agg = 1, .warmup = 5, .check = 1, .average = AVG_MEAN,
+                        .dtypes = {STRATA_DTYPE_F32}, .ndtypes = 1, .ops = {STRATA_OP_SUM},
+                        .nops = 1};
+    enum { OPT_SIZES = 1000, OPT_JSON };
+    static const struct option longopts[] = {
+        {"nthreads", 1, 0, 't'},     {"ngpus", 1, 0, 'g'},          {"minbytes", 1, 0, 'b'},
+        {"maxbytes", 1, 0, 'e'},     {"stepbytes", 1, 0, 'i'},      {"stepfactor", 1, 0, 'f'},
+        {"iters", 1, 0, 'n'},        {"agg_iters", 1, 0, 'm'},      {"warmup_iters", 1, 0, 'w'},
+        {"parallel_init", 1, 0, 'p'}, {"check", 1, 0, 'c'},         {"op", 1, 0, 'o'},
+        {"datatype", 1, 0, 'd'},     {"root", 1, 0, 'r'},           {"blocking", 1, 0, 'z'},
+        {"stream_null", 1, 0, 'y'},  {"timeout", 1, 0, 'T'},        {"cudagraph", 1, 0, 'G'},
+        {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'},      {"output_file", 1, 0, 'F'},
+        {"local_register", 1, 0, 'R'}, {"help", 0, 0, 'h'},        {"sizes", 1, 0, OPT_SIZES},
+        {"json", 0, 0, OPT_JSON},    {0, 0, 0, 0}};
+    int c, flag01 = 0, rc = 0;
+    optind = 0; // GNU getopt: full reinitialisation
+    opterr = 0;
+    while (rc == 0 &&
+           (c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:R:h", longopts,
+                            NULL)) != -1) {
+        const char *v = optarg;
+        switch (c) {
+        case 'h':
+            return -1;
+        case 't':
+            rc = one_only("-t", v, "the number of threads");
+            break;
+        case 'g':
+            rc = one_only("-g", v, "the number of devices per rank");
+            break;
+        case 'b':
+            rc = size_arg("-b", v, &o->min_bytes);
+            break;
+        case 'e':
+            rc = size_arg("-e", v, &o->max_bytes);
+            break;
+        case 'i':
+            rc = size_arg("-i", v, &o->step);
+            o->step_given = true;
+            break;
+        case 'f': {
+            int f = 2;
+            rc = int_arg("-f", v, 1, 1 << 20, &f);
+            o->factor = f;
+            o->factor_given = true;
+            break;
+        }
+        case 'n':
+            rc = int_arg("-n", v, 1, INT_MAX, &o->iters);
+            break;
+        case 'm':
+            rc = int_arg("-m", v, 1, INT_MAX, &o->agg);
+            break;
+        case 'w':
+            rc = int_arg("-w", v, 0, INT_MAX, &o->warmup);
+            break;
+        case 'c':
+            rc = int_arg("-c", v, 0, 1000, &o->check);
+            break;
+        case 'p':
+        case 'y':
+            rc = int_arg(c == 'p' ? "-p" : "-y", v, 0, 1, &flag01);
+            break;
+        case 'z':
+            rc = int_arg("-z", v, 0, 1, &flag01);
+            o->blocking = flag01;
+            break;
+        case 'C':
+            rc = int_arg("-C", v, 0, 1, &flag01);
+            o->cputime = flag01;
+            break;
+        case 'G':
+            rc = int_arg("-G", v, 0, 1 << 20, &o->graphs);
+            break;
+        case 'T':
+            rc = int_arg("-T", v, 0, INT_MAX / 1000, &o->timeout_s);
+            break;
+        case 'a': {
+            int a = AVG_MEAN;
+            rc = int_arg("-a", v, 0, 3, &a);
+            o->average = (average_t)a;
+            break;
+        }
+        case 'R':
+            rc = int_arg("-R", v, 0, 2, &flag01);
+            o->registered = flag01 != 0;
+            break;
+        case 'F':
+            rc = usage_error("-F %s: strata writes no CSV file; --json gives every number", v);
+            break;
+        case 'd':
+            rc = parse_dtype(v, o);
+            break;
+        case 'o':
+            rc = parse_op(v, o);
+            break;
+        case 'r':
+            rc = int_arg("-r", v, 0, INT_MAX, &o->root);
+            break;
+        case OPT_SIZES: {
+            free(o->sizes);
+            o->sizes = calloc(BENCH_MAX_SIZES, sizeof *o->sizes);
+            char *copy = strdup(v);
+            if (!o->sizes || !copy) {
+                free(copy);
+                return usage_error("%s", "out of memory");
+            }
+            o->nsizes = 0;
+            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && rc == 0;
+                 tok = strtok_r(NULL, ",", &save))
+                if (o->nsizes == BENCH_MAX_SIZES || !strata_parse_size(tok, &o->sizes[o->nsizes++]))
+                    rc = usage_error("--sizes wants up to %d sizes such as 8,64K,1M, got '%s'",
+                                     BENCH_MAX_SIZES, v);
+            free(copy);
+            if (rc == 0 && o->nsizes == 0)
+                rc = usage_error("%s", "--sizes is empty");
+            break;
+        }
+        case OPT_JSON:
+            o->json = true;
+            break;
+        case ':':
+            rc = usage_error("%s needs a value", argv[optind - 1]);
+            break;
+        default:
+            rc = usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (rc)
+        return rc;
+    if (optind >= argc)
+        return usage_error("%s", "missing COLLECTIVE (allreduce, reduce, bcast, reduce_scatter, "
+                                 "allgather, alltoall, gather, scatter or barrier)");
+    if (optind + 1 < argc)
+        return usage_error("unexpected argument '%s'", argv[optind + 1]);
+    if (parse_coll(argv[optind], &o->coll) != STRATA_OK)
+        return usage_error("unknown collective '%s'", argv[optind]);
+    if (o->nsizes)
+        return 0;
+    if (o->min_bytes > o->max_bytes)
+        return usage_error("-b %lld is larger than -e %lld", o->min_bytes, o->max_bytes);
+    // As nccl-tests: multiply by -f when it is above 1, else add -i. A lone -i means adding.
+    if (o->step_given && !o->factor_given)
+        o->factor = 1;
+    if (o->factor < 2 && o->step < 1 && o->min_bytes != o->max_bytes)
+        return usage_error("%s", "-i must be at least 1 when sizes are added (-f 1)");
+    return 0;
+}
+
+/* The sizes to run, from --sizes or the range; NULL with *n = -1 when there are too many. */
+static long long *size_list(const bench_opts_t *o, int *n)
+{
+    long long *s = malloc(BENCH_MAX_SIZES * sizeof *s);
+    *n = 0;
+    if (!s)
+        return NULL;
+    if (o->coll == STRATA_COLL_BARRIER) {
+        s[(*n)++] = 0;
+    } else if (o->nsizes) {
+        memcpy(s, o->sizes, (size_t)o->nsizes * sizeof *s);
+        *n = o->nsizes;
+    } else {
+        for (long long b = o->min_bytes; b <= o->max_bytes;) {
+            if (*n == BENCH_MAX_SIZES) {
+                free(s);
+                *n = -1;
+                return NULL;
+            }
+            s[(*n)++] = b;
+            if (o->factor > 1 ? b > LLONG_MAX / o->factor : b > LLONG_MAX - o->step)
+                break;
+            b = o->factor > 1 ? (b ? b * o->factor : 1) : b + o->step; // 0 grows by factors from 1
+        }
+    }
+    return s;
+}
+
+/* ---- running --------------------------------------------------------------------------------- */
+
+/* One combination of the loops: collective, dtype, op, root. */
+typedef struct bench_case {
+    strata_coll_t coll;
     strata_dtype_t dtype;
     strata_op_t op;
-    int nranks;
-    unsigned m;    /* sum/min/max: values cycle through 0..m-1 */
-    unsigned kmod; /* avg: the expected value cycles through 1..kmod */
-} fill_t;
+    int root;
+} bench_case_t;
 
-static double largest_exact(strata_dtype_t dt)
+static strata_status_t run_once(strata_comm_t *comm, const bench_case_t *k, size_t c, void *send,
+                                void *recv)
 {
-    switch (dt) {
-    case STRATA_DTYPE_F16:
-        return 2048;
-    case STRATA_DTYPE_BF16:
-        return 256;
-    case STRATA_DTYPE_F32:
-        return 16777216;
-    case STRATA_DTYPE_U8:
-        return 255;
-    case STRATA_DTYPE_I32:
-        return 2147483647.0;
-    default:
-        return 9007199254740992.0; // f64, i64 (as far as the double holding it is exact)
-    }
-}
-
-static fill_t fill_make(strata_dtype_t dt, strata_op_t op, int nranks)
-{
-    fill_t f = {.dtype = dt, .op = op, .nranks = nranks, .m = 7};
-    if (op == STRATA_OP_SUM || op == STRATA_OP_AVG) {
-        double cap =
-            largest_exact(dt) / nranks; // largest value with nranks of them summing exactly
-        f.m = cap >= 6 ? 7 : (unsigned)cap + 1;
-    }
-    f.kmod = f.m > 3 ? f.m - 2 : 1; // avg values k-1..k+1 stay inside 0..m-1
-    return f;
-}
-
-static double red_value(const fill_t *f, int rank, size_t i)
-{
-    switch (f->op) {
-    case STRATA_OP_PROD:
-        return (((size_t)rank + i) % (size_t)f->nranks == 0) ? 2 : 1;
-    case STRATA_OP_AVG: {
-        // Offsets +1/-1 in pairs (0 for the last rank of an odd count) sum to zero over ranks.
-        int d = (f->nranks % 2 && rank == f->nranks - 1) ? 0 : (rank % 2 ? -1 : 1);
-        return (double)(1 + i % f->kmod) + d;
-    }
-    default:
-        return (double)(((size_t)rank + i) % f->m);
-    }
-}
-
-static double red_expect(const fill_t *f, size_t i)
-{
-    size_t n = (size_t)f->nranks, m = f->m, start = i % m;
-    switch (f->op) {
-    case STRATA_OP_PROD:
-        return 2;
-    case STRATA_OP_AVG:
-        return (double)(1 + i % f->kmod);
-    case STRATA_OP_MIN:
-        return (n >= m || start + n - 1 >= m) ? 0 : (double)start;
-    case STRATA_OP_MAX:
-        return (n >= m || start + n - 1 >= m) ? (double)(m - 1) : (double)(start + n - 1);
-    default: {
-        double s = (double)(n / m) * (double)(m * (m - 1) / 2);
-        for (size_t t = 0; t < n % m; t++)
-            s += (double)((start + t) % m);
-        return s;
-    }
-    }
-}
-
-/* Data moved unchanged (bcast, gather, ...): block `dst` of what rank `src` sends, element k. */
-static double data_value(int src, int dst, size_t k)
-{
-    return (double)(((size_t)src * 13 + (size_t)dst * 5 + k) % 113);
-}
-
-static bool close_enough(const fill_t *f, double got, double want)
-{
-    if (got == want)
-        return true;
-    if (f->op != STRATA_OP_AVG)
-        return false;
-    double ulp;
-    switch (f->dtype) {
-    case STRATA_DTYPE_F32:
-        ulp = 1.0 / (1 << 23);
-        break;
-    case STRATA_DTYPE_F64:
-        ulp = 1.0 / 4503599627370496.0;
-        break;
-    case STRATA_DTYPE_F16:
-        ulp = 1.0 / (1 << 10);
-        break;
-    case STRATA_DTYPE_BF16:
-        ulp = 1.0 / (1 << 7);
-        break;
-    default:
-        return false;
-    }
-    double d = got > want ? got - want : want - got;
-    return d <= 2 * ulp * want;
-}
-
-/* Fills this rank's inputs for a run that will be checked; poisons every output. */
-static void fill_inputs(const bench_opts_t *o, const fill_t *f, const shape_t *sh, int rank,
-                        int nranks, void *send, void *recv, size_t esize)
-{
-    strata_dtype_t dt = o->dtype;
-    memset(recv, 0xA5, sh->recv_count * esize);
-    switch (o->coll) {
+    const strata_dtype_t dt = k->dtype;
+    switch (k->coll) {
     case STRATA_COLL_ALLREDUCE:
+        return strata_allreduce(comm, send, recv, c, dt, k->op);
     case STRATA_COLL_REDUCE:
-    case STRATA_COLL_REDUCE_SCATTER:
-        for (size_t i = 0; i < sh->send_count; i++)
-            strata_dtype_set(dt, send, i, red_value(f, rank, i));
-        break;
+        return strata_reduce(comm, send, recv, c, dt, k->op, k->root);
     case STRATA_COLL_BCAST:
-        if (rank == o->root)
-            for (size_t k = 0; k < sh->recv_count; k++)
-                strata_dtype_set(dt, recv, k, data_value(rank, 0, k));
-        break;
-    case STRATA_COLL_ALLGATHER:
-    case STRATA_COLL_GATHER:
-        for (size_t k = 0; k < sh->send_count; k++)
-            strata_dtype_set(dt, send, k, data_value(rank, 0, k));
-        break;
-    case STRATA_COLL_ALLTOALL:
-    case STRATA_COLL_SCATTER:
-        if (o->coll == STRATA_COLL_SCATTER && rank != o->root)
-            break;
-        for (int j = 0; j < nranks; j++)
-            for (size_t k = 0; k < sh->param; k++)
-                strata_dtype_set(dt, send, (size_t)j * sh->param + k, data_value(rank, j, k));
-        break;
-    default:
-        break;
-    }
-}
-
-/* Counts wrong elements in this rank's output. */
-static size_t count_wrong(const bench_opts_t *o, const fill_t *f, const shape_t *sh, int rank,
-                          int nranks, const void *recv)
-{
-    strata_dtype_t dt = o->dtype;
-    size_t wrong = 0;
-    switch (o->coll) {
-    case STRATA_COLL_ALLREDUCE:
-    case STRATA_COLL_REDUCE:
-        if (o->coll == STRATA_COLL_REDUCE && rank != o->root)
-            break;
-        for (size_t i = 0; i < sh->recv_count; i++)
-            wrong += !close_enough(f, strata_dtype_get(dt, recv, i), red_expect(f, i));
-        break;
+        return strata_bcast(comm, recv, c, dt, k->root);
     case STRATA_COLL_REDUCE_SCATTER:
-        for (size_t k = 0; k < sh->recv_count; k++)
-            wrong +=
-                !close_enough(f, strata_dtype_get(dt, recv, k), red_expect(f, (size_t)rank * sh->param + k));
-        break;
-    case STRATA_COLL_BCAST:
-        for (size_t k = 0; k < sh->recv_count; k++)
-            wrong += strata_dtype_get(dt, recv, k) != data_value(o->root, 0, k);
-        break;
-    case STRATA_COLL_ALLGATHER:
-    case STRATA_COLL_GATHER:
-        if (o->coll == STRATA_COLL_GATHER && rank != o->root)
-            break;
-        for (int j = 0; j < nranks; j++)
-            for (size_t k = 0; k < sh->param; k++)
-                wrong += strata_dtype_get(dt, recv, (size_t)j * sh->param + k) != data_value(j, 0, k);
-        break;
-    case STRATA_COLL_ALLTOALL:
-        for (int i = 0; i < nranks; i++)
-            for (size_t k = 0; k < sh->param; k++)
-                wrong += strata_dtype_get(dt, recv, (size_t)i * sh->param + k) != data_value(i, rank, k);
-        break;
-    case STRATA_COLL_SCATTER:
-        for (size_t k = 0; k < sh->param; k++)
-            wrong += strata_dtype_get(dt, recv, k) != data_value(o->root, rank, k);
-        break;
-    default:
-        break;
-    }
-    return wrong;
-}
-
-/* ---- running ------------------------------------------------------------------------------- */
-
-static strata_status_t run_once(strata_comm_t *comm, const bench_opts_t *o, const shape_t *sh,
-                                void *send, void *recv)
-{
-    size_t c = sh->param;
-    strata_dtype_t dt = o->dtype;
-    switch (o->coll) {
-    case STRATA_COLL_ALLREDUCE:
-        return strata_allreduce(comm, send, recv, c, dt, o->op);
-    case STRATA_COLL_REDUCE:
-        return strata_reduce(comm, send, recv, c, dt, o->op, o->root);
-    case STRATA_COLL_BCAST:
-        return strata_bcast(comm, recv, c, dt, o->root);
-    case STRATA_COLL_REDUCE_SCATTER:
-        return strata_reduce_scatter(comm, send, recv, c, dt, o->op);
+        return strata_reduce_scatter(comm, send, recv, c, dt, k->op);
     case STRATA_COLL_ALLGATHER:
         return strata_allgather(comm, send, recv, c, dt);
     case STRATA_COLL_ALLTOALL:
         return strata_alltoall(comm, send, recv, c, dt);
     case STRATA_COLL_GATHER:
-        return strata_gather(comm, send, recv, c, dt, o->root);
+        return strata_gather(comm, send, recv, c, dt, k->root);
     case STRATA_COLL_SCATTER:
-        return strata_scatter(comm, send, recv, c, dt, o->root);
+        return strata_scatter(comm, send, recv, c, dt, k->root);
     case STRATA_COLL_BARRIER:
         return strata_barrier(comm);
     default:
@@ -495,72 +451,12 @@ static int api_fail(strata_comm_t *comm, const char *what, size_t bytes)
     return 1;
 }
 
-typedef struct result {
-    size_t bytes, count;
-    const char *algo;
+/* One pass (out of place or in place) of one size. */
+typedef struct pass {
     double time_us, algbw, busbw;
-    double model_us; /* the cost model's prediction for this algorithm (negative: none) */
-    int correct;     /* 1, 0, or -1 = not checked */
-} result_t;
-
-static void print_header(const bench_opts_t *o, int nranks, const strata_link_calib_t *calib)
-{
-    printf(
-        "# strata bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d, check %d\n",
-        strata_coll_name(o->coll), nranks,
-        o->coll == STRATA_COLL_BARRIER ? "none" : strata_dtype_name(o->dtype),
-        has_op(o->coll) ? strata_op_name(o->op) : "none", has_root(o->coll) ? o->root : -1,
-        o->iters, o->warmup, o->check ? 1 : 0);
-    printf(
-        "# transport %s (STRATA_COMM_TRANSPORT); size = largest buffer, time = max over ranks of "
-        "the mean\n#\n",
-        strata_knob_value("STRATA_COMM_TRANSPORT"));
-    if (calib->done) { // the links the model prices with were measured as the communicator began
-        printf("# links calibrated at creation in %.3f s (STRATA_TOPO_CALIBRATE):\n",
-               calib->seconds);
-        char *table = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&table, &len);
-        if (m) {
-            strata_link_calib_describe(calib, m);
-            fclose(m);
-            for (char *line = table, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-                nl = strchr(line, '\n');
-                printf("#   %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
-            }
-        }
-        free(table);
-        printf("#\n");
-    }
-    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "size", "count", "type",
-           "redop", "root", "algo", "time", "algbw", "busbw", "model", "correct");
-    printf("# %12s %12s %6s %6s %5s %18s %11s %9s %9s %11s %8s\n", "(B)", "(elements)", "", "", "",
-           "", "(us)", "(GB/s)", "(GB/s)", "(us)", "");
-}
-
-static void print_result(const bench_opts_t *o, int nranks, const result_t *r,
-                         const strata_link_calib_t *calib)
-{
-    const char *op = has_op(o->coll) ? strata_op_name(o->op) : "none";
-    const char *dt = o->coll == STRATA_COLL_BARRIER ? "none" : strata_dtype_name(o->dtype);
-    int root = has_root(o->coll) ? o->root : -1;
-    if (o->json) {
-        const char *ok = r->correct < 0 ? "null" : r->correct ? "true" : "false";
-        printf("{\"impl\":\"strata\",\"coll\":\"%s\",\"transport\":\"%s\",\"size_bytes\":%zu,"
-               "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"algo\":\"%s\","
-               "\"nranks\":%d,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-               "\"model_us\":%.3f,\"calib_s\":%.3f,\"registered\":%s,\"correct\":%s}\n",
-               strata_coll_name(o->coll), strata_knob_value("STRATA_COMM_TRANSPORT"), r->bytes,
-               r->count, dt, op, root, r->algo, nranks, o->iters, r->time_us, r->algbw, r->busbw,
-               r->model_us, calib->done ? calib->seconds : 0.0, o->registered ? "true" : "false",
-               ok);
-    } else {
-        const char *ok = r->correct < 0 ? "-" : r->correct ? "ok" : "FAIL";
-        printf("  %12zu %12zu %6s %6s %5d %18s %11.2f %9.3f %9.3f %11.2f %8s\n", r->bytes, r->count,
-               dt, op, root, r->algo, r->time_us, r->algbw, r->busbw, r->model_us, ok);
-    }
-    fflush(stdout);
-}
+    long long wrong;  /* over all ranks; -1 = not checked */
+    int ranks_wrong;  /* ranks that saw a wrong element (nccl-tests' "out of bounds values") */
+} pass_t;
 
 /* Returns the status of `expr` from the calling function when it fails. */
 #define TRY(expr)                                                                                  \
@@ -577,48 +473,216 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Times one shape. On an API failure returns the status with *what naming the step. */
-static strata_status_t bench_size(strata_comm_t *comm, const bench_opts_t *o, const fill_t *f,
-                                  const shape_t *sh, void *send, void *recv, result_t *res,
+/* This rank's time per call combined over ranks as -a says. */
+static strata_status_t combine_time(strata_comm_t *comm, average_t how, double mine, double *out)
+{
+    switch (how) {
+    case AVG_RANK0:
+        *out = mine;
+        return strata_bcast(comm, out, 1, STRATA_DTYPE_F64, 0);
+    case AVG_MIN:
+        return strata_allreduce(comm, &mine, out, 1, STRATA_DTYPE_F64, STRATA_OP_MIN);
+    case AVG_MAX:
+        return strata_allreduce(comm, &mine, out, 1, STRATA_DTYPE_F64, STRATA_OP_MAX);
+    default:
+        return strata_allreduce(comm, &mine, out, 1, STRATA_DTYPE_F64, STRATA_OP_AVG);
+    }
+}
+
+/* Times and checks one pass. `send`/`recv` are where the collective reads and writes (the same
+ * buffer in place). On an API failure returns the status with *what naming the step. */
+static strata_status_t bench_pass(strata_comm_t *comm, const bench_opts_t *o, const bench_case_t *k,
+                                  const bench_shape_t *sh, void *send, void *recv, pass_t *res,
                                   const char **what)
 {
-    int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
-    size_t esize = strata_dtype_size(o->dtype);
-    if (o->coll != STRATA_COLL_BARRIER)
-        fill_inputs(o, f, sh, rank, nranks, send, recv, esize);
+    const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
+    const bench_fill_t f = bench_fill_make(k->coll, k->dtype, k->op, nranks, k->root);
+    const bool data = k->coll != STRATA_COLL_BARRIER;
+    if (data && o->check)
+        bench_fill_inputs(&f, sh, rank, send, recv);
     // The barrier that starts the timing runs once before too, so its first-use costs (code
     // paths and pages touched for the first time) do not land in the timed calls.
     *what = "barrier before warm-up";
     TRY(strata_barrier(comm));
-    *what = strata_coll_name(o->coll);
+    *what = strata_coll_name(k->coll);
     for (int i = 0; i < o->warmup; i++)
-        TRY(run_once(comm, o, sh, send, recv));
+        TRY(run_once(comm, k, sh->param, send, recv));
     *what = "barrier before timing";
     TRY(strata_barrier(comm));
-    *what = strata_coll_name(o->coll);
+    const int loops = o->graphs > 0 ? o->graphs : 1;
     uint64_t t0 = now_ns();
-    for (int i = 0; i < o->iters; i++)
-        TRY(run_once(comm, o, sh, send, recv));
-    double mine = (double)(now_ns() - t0) / 1e3 / o->iters, slowest = 0;
-    *what = "allreduce of the times";
-    TRY(strata_allreduce(comm, &mine, &slowest, 1, STRATA_DTYPE_F64, STRATA_OP_MAX));
-
-    res->time_us = slowest;
-    res->bytes = sh->total * esize;
-    res->count = sh->total;
-    res->algbw = slowest > 0 ? (double)res->bytes / (slowest * 1e3) : 0; // bytes/ns = GB/s
-    res->busbw = res->algbw * busbw_factor(o->coll, nranks);
-    res->correct = -1;
-    if (o->check && o->coll != STRATA_COLL_BARRIER) {
-        fill_inputs(o, f, sh, rank, nranks, send, recv, esize);
-        *what = strata_coll_name(o->coll);
-        TRY(run_once(comm, o, sh, send, recv));
-        int32_t ok = count_wrong(o, f, sh, rank, nranks, recv) == 0, all = 0;
-        *what = "allreduce of the check";
-        TRY(strata_allreduce(comm, &ok, &all, 1, STRATA_DTYPE_I32, STRATA_OP_MIN));
-        res->correct = all != 0;
+    for (int g = 0; g < loops; g++)
+        for (int i = 0; i < o->iters; i++)
+            for (int a = 0; a < o->agg; a++) {
+                *what = strata_coll_name(k->coll);
+                TRY(run_once(comm, k, sh->param, send, recv));
+                if (o->blocking) {
+                    *what = "barrier after a call (-z 1)";
+                    TRY(strata_barrier(comm));
+                }
+            }
+    const double mine = (double)(now_ns() - t0) / 1e3 / ((double)loops * o->iters * o->agg);
+    *what = "combining the times";
+    TRY(combine_time(comm, o->average, mine, &res->time_us));
+    const size_t bytes = sh->total * strata_dtype_size(k->dtype);
+    res->algbw = res->time_us > 0 ? (double)bytes / (res->time_us * 1e3) : 0; // bytes/ns = GB/s
+    res->busbw = res->algbw * bench_busbw_factor(k->coll, nranks);
+    res->wrong = -1;
+    res->ranks_wrong = 0;
+    if (!data || !o->check)
+        return STRATA_OK;
+    res->wrong = 0;
+    for (int c = 0; c < o->check && res->wrong == 0; c++) {
+        bench_fill_inputs(&f, sh, rank, send, recv);
+        *what = strata_coll_name(k->coll);
+        TRY(run_once(comm, k, sh->param, send, recv));
+        int64_t counts[2] = {(int64_t)bench_count_wrong(&f, sh, rank, recv), 0}, all[2];
+        counts[1] = counts[0] > 0;
+        *what = "summing the wrong elements";
+        TRY(strata_allreduce(comm, counts, all, 2, STRATA_DTYPE_I64, STRATA_OP_SUM));
+        res->wrong = all[0];
+        res->ranks_wrong = (int)all[1];
     }
     return STRATA_OK;
+}
+
+/* ---- printing ------------------------------------------------------------------------------- */
+
+/* nccl-tests' time format: fewer decimals as the time grows. */
+static void format_time(double us, char out[16])
+{
+    snprintf(out, 16, us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
+}
+
+/* -a in words, and as --json's "average" field. */
+static const char *average_words(average_t a)
+{
+    return a == AVG_RANK0 ? "rank 0's mean"
+           : a == AVG_MIN ? "the minimum over ranks of each rank's mean"
+           : a == AVG_MAX ? "the maximum over ranks of each rank's mean"
+                          : "the average over ranks of each rank's mean";
+}
+
+static const char *average_name(average_t a)
+{
+    return a == AVG_RANK0 ? "rank0" : a == AVG_MIN ? "min" : a == AVG_MAX ? "max" : "avg";
+}
+
+/* What nccl-tests prints before its table, then strata's own lines. */
+static strata_status_t print_header(strata_comm_t *comm, const bench_opts_t *o, long long minb,
+                                    long long maxb, const strata_link_calib_t *calib)
+{
+    const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
+    enum { LINE = 160 };
+    char mine[LINE], host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(mine, sizeof mine, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [cpu] CPU", rank,
+             (int)getpid(), host, sched_getcpu());
+    char *all = malloc((size_t)nranks * LINE); // every rank: the allgather writes it
+    if (!all)
+        return STRATA_ERR_NO_MEMORY;
+    strata_status_t rc = strata_allgather(comm, mine, all, LINE, STRATA_DTYPE_U8);
+    if (rc < 0 || rank != 0) {
+        free(all);
+        return rc;
+    }
+    const bool add = o->factor < 2;
+    printf("# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %lld(%s) warmup iters: %d "
+           "iters: %d agg iters: %d validation: %d graph: %d\n",
+           minb, maxb, o->nsizes ? 0 : add ? o->step : o->factor,
+           o->nsizes ? "list" : add ? "bytes" : "factor", o->warmup, o->iters, o->agg, o->check,
+           o->graphs);
+    if (o->blocking)
+        printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < nranks; r++)
+        printf("%.*s\n", LINE, all + (size_t)r * LINE);
+    free(all);
+    printf("#\n# strata bench %s: nranks %d, transport %s (STRATA_COMM_TRANSPORT); time per call: "
+           "%s (-a %d)\n",
+           strata_coll_name(o->coll), nranks, strata_knob_value("STRATA_COMM_TRANSPORT"),
+           average_words(o->average), (int)o->average);
+    if (calib->done) { // the links the model prices with were measured as the communicator began
+        printf("# links calibrated at creation in %.3f s (STRATA_TOPO_CALIBRATE):\n",
+               calib->seconds);
+        char *table = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&table, &len);
+        if (m) {
+            strata_link_calib_describe(calib, m);
+            fclose(m);
+            for (char *line = table, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                printf("#   %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+            }
+        }
+        free(table);
+    }
+    printf("#\n");
+    const char *t = o->cputime ? "cputime" : "time";
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place    "
+           "        %18s  %9s\n", "", "", "", "", "", "strata", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %18s  %9s\n", "size",
+           "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
+           "#wrong", "algo", "model");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %18s  %9s\n",
+           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+           "(GB/s)", "", "", "(us)");
+    return STRATA_OK;
+}
+
+typedef struct row {
+    const bench_case_t *k;
+    size_t bytes, count;
+    const char *algo;
+    double model_us; /* the cost model's prediction for that algorithm (negative: none) */
+    pass_t pass[2];  /* out of place, in place */
+    bool in_place;   /* the in-place pass ran (not for barrier) */
+} row_t;
+
+static void print_row(const bench_opts_t *o, int nranks, const row_t *r,
+                      const strata_link_calib_t *calib)
+{
+    const bench_case_t *k = r->k;
+    const char *op = bench_has_op(k->coll) ? strata_op_name(k->op) : "none";
+    const char *dt = k->coll == STRATA_COLL_BARRIER ? "none" : type_name(k->dtype);
+    const int root = bench_has_root(k->coll) ? k->root : -1;
+    if (o->json) {
+        char ip[256] = "null";
+        const pass_t *a = &r->pass[0], *b = &r->pass[1];
+        if (r->in_place)
+            snprintf(ip, sizeof ip, "{\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
+                                    "\"wrong\":%lld}",
+                     b->time_us, b->algbw, b->busbw, b->wrong);
+        const bool checked = a->wrong >= 0;
+        const bool ok = a->wrong == 0 && (!r->in_place || b->wrong == 0);
+        printf("{\"impl\":\"strata\",\"coll\":\"%s\",\"transport\":\"%s\",\"size_bytes\":%zu,"
+               "\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"algo\":\"%s\","
+               "\"nranks\":%d,\"iters\":%d,\"average\":\"%s\",\"time_us\":%.3f,\"algbw_gbs\":%.4f,"
+               "\"busbw_gbs\":%.4f,\"wrong\":%lld,\"in_place\":%s,\"model_us\":%.3f,"
+               "\"calib_s\":%.3f,\"registered\":%s,\"correct\":%s}\n",
+               strata_coll_name(k->coll), strata_knob_value("STRATA_COMM_TRANSPORT"), r->bytes,
+               r->count, dt, op, root, r->algo, nranks, o->iters, average_name(o->average),
+               a->time_us, a->algbw, a->busbw, a->wrong, ip, r->model_us,
+               calib->done ? calib->seconds : 0.0, o->registered ? "true" : "false",
+               !checked ? "null" : ok ? "true" : "false");
+    } else {
+        printf("%12zu  %12zu  %8s  %6s  %6d", r->bytes, r->count, dt, op, root);
+        for (int p = 0; p < 2; p++) {
+            const pass_t *q = &r->pass[p];
+            if (p == 1 && !r->in_place) {
+                printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+                continue;
+            }
+            char t[16], w[24] = "N/A";
+            format_time(q->time_us, t);
+            if (q->wrong >= 0)
+                snprintf(w, sizeof w, "%lld", q->wrong);
+            printf("  %7s  %6.2f  %6.2f  %5s", t, q->algbw, q->busbw, w);
+        }
+        printf("  %18s  %9.2f\n", r->algo, r->model_us);
+    }
+    fflush(stdout);
 }
 
 /* A buffer with every page faulted in before anything is timed: from malloc, or with -R 1 from
@@ -642,50 +706,111 @@ static void bench_free(strata_comm_t *comm, const bench_opts_t *o, void *p)
         free(p);
 }
 
+/* ---- the command ------------------------------------------------------------------------------ */
+
+typedef struct totals {
+    double bus_sum;
+    int passes, rows, rows_wrong, out_of_bounds;
+    double last_us;
+} totals_t;
+
+/* Runs every size of one case. On an API failure returns its status, with *what naming the step
+ * and *bytes the size. */
+static strata_status_t run_case(strata_comm_t *comm, const bench_opts_t *o, const bench_case_t *k,
+                                const long long *sizes, int nsizes, void *send, void *recv,
+                                totals_t *tot, const char **what, size_t *bytes)
+{
+    const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
+    const size_t esize = strata_dtype_size(k->dtype);
+    for (int i = 0; i < nsizes; i++) {
+        const bench_shape_t sh = bench_shape(k->coll, (size_t)sizes[i], esize, nranks, rank);
+        row_t r = {.k = k, .bytes = sh.total * esize, .count = sh.total,
+                   .in_place = k->coll != STRATA_COLL_BARRIER};
+        r.algo = strata_comm_algo_for(comm, k->coll, r.bytes, o->registered);
+        r.model_us = strata_comm_predict(comm, k->coll, r.bytes, o->registered) * 1e6;
+        if (!r.algo)
+            r.algo = "?";
+        for (int p = 0; p < (r.in_place ? 2 : 1); p++) {
+            char *base = recv; // in place: input and output in the receive buffer
+            void *sp = p ? base + sh.send_inplace * esize : send;
+            void *rp = p ? base + sh.recv_inplace * esize : recv;
+            *bytes = r.bytes;
+            TRY(bench_pass(comm, o, k, &sh, sp, rp, &r.pass[p], what));
+            tot->bus_sum += r.pass[p].busbw;
+            tot->passes++;
+            tot->out_of_bounds += r.pass[p].ranks_wrong;
+            tot->last_us = r.pass[p].time_us;
+        }
+        tot->rows++;
+        tot->rows_wrong += r.pass[0].wrong > 0 || (r.in_place && r.pass[1].wrong > 0);
+        if (rank == 0)
+            print_row(o, nranks, &r, strata_comm_calibration(comm));
+    }
+    return STRATA_OK;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_opts_t o;
     int rc = parse_args(argc, argv, &o);
     if (rc < 0) {
         usage(stdout);
+        free(o.sizes);
         return 0;
     }
-    if (rc)
+    if (rc) {
+        free(o.sizes);
         return rc;
+    }
+    int nsizes;
+    long long *sizes = size_list(&o, &nsizes);
+    free(o.sizes);
+    o.sizes = NULL;
+    if (!sizes) {
+        if (nsizes < 0)
+            return usage_error("-b %lld -e %lld -i %lld gives more than %d sizes", o.min_bytes,
+                               o.max_bytes, o.step, BENCH_MAX_SIZES);
+        return cmd_fail(NULL, "bench: out of memory");
+    }
 
     strata_comm_t *comm = NULL;
-    if (cmd_comm_from_env("bench", "strata launch -n 2 -- strata bench allreduce", &comm) != 0)
-        return 1;
-    int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
-    if (has_root(o.coll) && o.root >= nranks) {
+    strata_comm_config_t cfg;
+    strata_status_t st = strata_comm_config_from_env(&cfg);
+    if (st == STRATA_OK && o.timeout_s > 0)
+        cfg.timeout_ms = 1000LL * o.timeout_s;
+    if (st == STRATA_OK)
+        st = strata_comm_create(&cfg, &comm);
+    if (st != STRATA_OK) {
+        free(sizes);
+        return cmd_fail(strata_comm_launcher() ? NULL // a hint only when it is true
+                                               : "run it under a launcher: strata launch -n 2 -- "
+                                                 "strata bench allreduce",
+                        "bench: cannot create the communicator: %s", strata_last_error());
+    }
+    const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
+    if (bench_has_root(o.coll) && o.root >= nranks) {
         if (rank == 0)
             usage_error("-r %d: the root must be below nranks = %d", o.root, nranks);
         strata_comm_destroy(comm);
+        free(sizes);
         return 2;
     }
 
-    // The sizes to run, and buffers large enough for the largest.
-    long long sizes[BENCH_MAX_SIZES];
-    int nsizes = 0;
-    if (o.coll == STRATA_COLL_BARRIER) {
-        sizes[nsizes++] = 0;
-    } else if (o.nsizes) {
-        memcpy(sizes, o.sizes, sizeof sizes);
-        nsizes = o.nsizes;
-    } else {
-        for (long long b = o.min_bytes; b <= o.max_bytes && nsizes < BENCH_MAX_SIZES;
-             b *= o.factor) {
-            sizes[nsizes++] = b;
-            if (o.factor < 2 || b > LLONG_MAX / o.factor)
-                break;
+    // Buffers for the largest size of the widest dtype; in place works in the receive buffer,
+    // which therefore holds the larger of the two.
+    size_t max_send = 0, max_recv = 0;
+    long long minb = nsizes ? sizes[0] : 0, maxb = minb;
+    for (int i = 0; i < nsizes; i++) {
+        minb = sizes[i] < minb ? sizes[i] : minb;
+        maxb = sizes[i] > maxb ? sizes[i] : maxb;
+        for (int d = 0; d < o.ndtypes; d++) {
+            const size_t es = strata_dtype_size(o.dtypes[d]);
+            const bench_shape_t sh = bench_shape(o.coll, (size_t)sizes[i], es, nranks, rank);
+            max_send = sh.send_count * es > max_send ? sh.send_count * es : max_send;
+            max_recv = sh.recv_count * es > max_recv ? sh.recv_count * es : max_recv;
         }
     }
-    size_t esize = strata_dtype_size(o.dtype), max_send = 0, max_recv = 0;
-    for (int i = 0; i < nsizes; i++) {
-        shape_t sh = shape_for(o.coll, (size_t)sizes[i], esize, nranks);
-        max_send = sh.send_count * esize > max_send ? sh.send_count * esize : max_send;
-        max_recv = sh.recv_count * esize > max_recv ? sh.recv_count * esize : max_recv;
-    }
+    max_recv = max_send > max_recv ? max_send : max_recv;
     void *send = bench_alloc(comm, &o, max_send), *recv = bench_alloc(comm, &o, max_recv);
     if (!send || !recv) {
         bench_free(comm, &o, send);
@@ -696,45 +821,54 @@ int cmd_bench(int argc, char **argv)
         cmd_fail(NULL, "bench: %s", msg);
         strata_comm_abort(comm, msg);
         strata_comm_destroy(comm);
+        free(sizes);
         return 1;
     }
 
-    if (rank == 0 && !o.json)
-        print_header(&o, nranks, strata_comm_calibration(comm));
-    fill_t f = fill_make(o.dtype, o.op, nranks);
-    int failed = 0, done = 0;
-    double bus_sum = 0, last_us = 0;
-    for (int i = 0; i < nsizes; i++) {
-        shape_t sh = shape_for(o.coll, (size_t)sizes[i], esize, nranks);
-        size_t bytes = sh.total * esize;
-        result_t res = {.algo = strata_comm_algo_for(comm, o.coll, bytes, o.registered),
-                        .model_us = strata_comm_predict(comm, o.coll, bytes, o.registered) * 1e6};
-        const char *what = "";
-        if (bench_size(comm, &o, &f, &sh, send, recv, &res, &what) != STRATA_OK) {
-            bench_free(comm, &o, send);
-            bench_free(comm, &o, recv);
-            return api_fail(comm, what, sh.total * esize);
+    if (!o.json && print_header(comm, &o, minb, maxb, strata_comm_calibration(comm)) < 0) {
+        bench_free(comm, &o, send);
+        bench_free(comm, &o, recv);
+        free(sizes);
+        return api_fail(comm, "gathering the ranks' hosts", 0);
+    }
+    totals_t tot = {0};
+    // nccl-tests' loops: every type, every op (reductions only), every size.
+    const bool data = o.coll != STRATA_COLL_BARRIER;
+    const int ntypes = data ? o.ndtypes : 1, nops = bench_has_op(o.coll) ? o.nops : 1;
+    const char *what = "";
+    size_t failed_bytes = 0;
+    st = STRATA_OK;
+    for (int d = 0; d < ntypes && st == STRATA_OK; d++)
+        for (int p = 0; p < nops && st == STRATA_OK; p++) {
+            const bench_case_t k = {o.coll, data ? o.dtypes[d] : STRATA_DTYPE_U8,
+                                    bench_has_op(o.coll) ? o.ops[p] : STRATA_OP_SUM, o.root};
+            st = run_case(comm, &o, &k, sizes, nsizes, send, recv, &tot, &what, &failed_bytes);
         }
-        if (!res.algo)
-            res.algo = "?";
-        failed += res.correct == 0;
-        bus_sum += res.busbw;
-        last_us = res.time_us;
-        done++;
-        if (rank == 0)
-            print_result(&o, nranks, &res, strata_comm_calibration(comm));
+    free(sizes);
+    if (st != STRATA_OK) {
+        bench_free(comm, &o, send);
+        bench_free(comm, &o, recv);
+        return api_fail(comm, what, failed_bytes);
     }
+    const double avg_bw = tot.passes ? tot.bus_sum / tot.passes : 0;
+    const char *min_env = getenv("NCCL_TESTS_MIN_BW");
+    const double min_bw = min_env && *min_env ? atof(min_env) : -1;
+    const bool bw_low = min_bw >= 0 && avg_bw < 0.9 * min_bw;
     if (rank == 0 && !o.json) {
-        if (o.coll != STRATA_COLL_BARRIER)
-            printf("# avg bus bandwidth: %.3f GB/s over %d sizes\n", done ? bus_sum / done : 0,
-                   done);
-        else
-            printf("# barrier latency: %.2f us\n", last_us);
-        if (o.check && o.coll != STRATA_COLL_BARRIER)
-            printf("# %s\n", failed ? "CHECK FAILED" : "all results correct");
+        printf("# Out of bounds values : %d %s\n", tot.out_of_bounds,
+               tot.out_of_bounds ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g %s\n", avg_bw, min_bw < 0 ? "" : bw_low ? "FAILED" : "OK");
+        printf("#\n");
+        if (!data)
+            printf("# barrier latency: %.2f us\n", tot.last_us);
+        else if (o.check)
+            printf("# %s\n", tot.rows_wrong ? "CHECK FAILED" : "all results correct");
     }
-    if (rank == 0 && failed)
-        cmd_fail(NULL, "bench: %d of %d sizes gave wrong results", failed, done);
+    if (rank == 0 && tot.rows_wrong)
+        cmd_fail(NULL, "bench: %d of %d sizes gave wrong results", tot.rows_wrong, tot.rows);
+    if (rank == 0 && bw_low)
+        cmd_fail(NULL, "bench: average bus bandwidth %g GB/s is below 0.9 x NCCL_TESTS_MIN_BW = %g",
+                 avg_bw, 0.9 * min_bw);
     fflush(stdout);
     bench_free(comm, &o, send);
     bench_free(comm, &o, recv);
@@ -744,5 +878,5 @@ int cmd_bench(int argc, char **argv)
     strata_comm_destroy(comm);
     if (brc != STRATA_OK)
         return cmd_fail(NULL, "bench: final barrier: %s", strata_last_error());
-    return failed ? 1 : 0;
+    return tot.rows_wrong || bw_low ? 1 : 0;
 }

@@ -108,8 +108,10 @@ static int write_file(const char *path, const strata_cluster_t *c, const strata_
         strata_write_rankfile(c, p, f);
     else if (kind == 2)
         strata_write_env(c, p, job, f);
-    else
-        strata_write_place_svg(c, p, job, f);
+    else if (strata_write_place_svg(c, p, job, f) < 0) {
+        fclose(f);
+        return cmd_fail(NULL, "%s: %s", path, strata_last_error());
+    }
     if (fclose(f) != 0)
         return cmd_fail(NULL, "%s: write failed", path);
     return 0;
@@ -147,6 +149,15 @@ static json_object *cost_json(const strata_cluster_t *c, const strata_cost_t *k)
     }
     json_object_object_add(o, "bytes_crossing", x);
     json_object_object_add(o, "units_used", u);
+    json_object *g = json_object_new_object(); // the most units of each level one group touches
+    for (int i = 0; i < STRATA_DIM_COUNT; i++) {
+        json_object *e = json_object_new_object();
+        for (int l = 0; l < c->topo.nlevels; l++)
+            json_object_object_add(e, c->topo.level[l].name,
+                                   json_object_new_int(k->group_span[i][l]));
+        json_object_object_add(g, strata_dim_name((strata_dim_t)i), e);
+    }
+    json_object_object_add(o, "group_span", g);
     return o;
 }
 
