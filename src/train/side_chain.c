@@ -13,14 +13,23 @@ enum { TAG_ACT = 0, TAG_TOKEN = 1 << 20 }; /* activations for chunk c: TAG_ACT +
 enum { SAMPLE_TOKENS = 64 };               /* generated per sample pass */
 #define SAMPLE_TEMPERATURE 0.8
 
+/* A step runs one piece: a pipeline chunk of this stage, or a run of its layers, so a step is as
+ * short as the pieces allow (the training waits for at most the one running when its data comes). */
+typedef struct piece {
+    int chunk;        /* the pipeline chunk it belongs to */
+    bool first, last; /* its first / last layers */
+} piece_t;
+
 struct st_side_chain {
     strata_trainer_t *t;
     st_side_kind_t kind;
     strata_comm_t *comm;   /* split of the pipeline's communicator: its own message space */
     strata_gpt_t *model;   /* the snapshot (NULL until init) */
     int stage, C, d;
-    int *owner, *local;    /* [C] each chunk's stage; its index among this stage's chunks */
+    int *owner;            /* [C] each chunk's stage */
     int *mine, nmine;      /* this stage's chunks, in order */
+    piece_t piece[STRATA_GPT_MAX_CHUNKS]; /* the snapshot's chunks: this stage's, cut finer */
+    int npieces;
     size_t msg;            /* floats of the largest activation */
     float *in, *out, *hand; /* received, being sent, handed to this stage's next chunk */
     strata_request_t *rreq, *sreq;
@@ -28,7 +37,7 @@ struct st_side_chain {
     /* the pass */
     bool running, want_token;
     int64_t step;          /* the snapshot's step */
-    int job, njobs, k;     /* job; the next of mine to run for it */
+    int job, njobs, k;     /* job; the next piece to run for it */
     int rows;              /* rows of a job */
     int32_t *tokens, *targets; /* eval: every job's; sample: the context */
     int ctx_len, prompt_len;
@@ -58,12 +67,33 @@ static void job_shape(const st_side_chain_t *c, int j, int *B, int *T)
     *T = len < cfg->seq ? len : cfg->seq;
 }
 
+/* Cuts this stage's chunks into at most STRATA_GPT_MAX_CHUNKS pieces of whole layers, as even as the
+ * chunks allow (the arena's layout does not depend on the cut: the snapshot is one copy), into
+ * layers and c->piece. */
+static void cut_pieces(st_side_chain_t *c, strata_gpt_layers_t *layers)
+{
+    const strata_gpt_layers_t *mine = &c->t->stage_layers[c->stage];
+    int per = STRATA_GPT_MAX_CHUNKS / (mine->n ? mine->n : 1);
+    layers->n = 0;
+    for (int k = 0; k < mine->n; k++) {
+        int b = mine->begin[k], len = mine->end[k] - b, n = len < per ? len : per;
+        for (int i = 0; i < n; i++) {
+            layers->begin[layers->n] = b + (int)((long long)len * i / n);
+            layers->end[layers->n] = b + (int)((long long)len * (i + 1) / n);
+            c->piece[layers->n++] = (piece_t){.chunk = c->mine[k], .first = i == 0,
+                                                 .last = i == n - 1};
+        }
+    }
+    c->npieces = layers->n;
+}
+
 static strata_status_t chain_init(void *self)
 {
     st_side_chain_t *c = self;
     strata_gpt_shard_t sh = *strata_model_shard(c->t->model);
     sh.slots = 1;
     sh.split_backward = false;
+    cut_pieces(c, &sh.layers);
     ST_TRY(strata_model_create_shard(&c->t->cfg.model, &sh, c->rows, c->t->cfg.seed, &c->model));
     c->in = malloc(c->msg * sizeof(float));
     c->out = malloc(c->msg * sizeof(float));
@@ -165,11 +195,12 @@ static strata_status_t chain_step(void *self)
         next_job(c);
         return STRATA_OK;
     }
-    int ch = c->mine[c->k], B, T;
+    const piece_t *pc = &c->piece[c->k];
+    int ch = pc->chunk, B, T;
     job_shape(c, c->job, &B, &T);
     size_t n = (size_t)B * (size_t)T * (size_t)c->d;
     const float *input = NULL;
-    if (ch > 0 && c->owner[ch - 1] == c->stage) {
+    if (!pc->first || (ch > 0 && c->owner[ch - 1] == c->stage)) { // the piece before, here
         input = c->hand;
     } else if (ch > 0) {
         if (!c->rreq)
@@ -183,14 +214,16 @@ static strata_status_t chain_step(void *self)
     if (c->kind == ST_SIDE_EVAL) {
         size_t at = (size_t)c->job * (size_t)B * (size_t)T;
         tokens = c->tokens + at;
-        targets = ch == c->C - 1 ? c->targets + at : NULL;
+        targets = ch == c->C - 1 && pc->last ? c->targets + at : NULL;
     } else {
         tokens = c->tokens + (c->ctx_len - T);
     }
     float loss = 0;
-    ST_TRY(strata_model_forward_chunk(c->model, c->local[ch], 0, ch == 0 ? tokens : NULL, input,
-                                      targets, B, T, &loss));
-    if (ch == c->C - 1) {
+    ST_TRY(strata_model_forward_chunk(c->model, c->k, 0, ch == 0 && pc->first ? tokens : NULL,
+                                      input, targets, B, T, &loss));
+    if (!pc->last) { // the input was copied in: hand is free for this piece's output
+        memcpy(c->hand, strata_model_chunk_output(c->model, 0), n * sizeof(float));
+    } else if (ch == c->C - 1) {
         ST_TRY(job_done(c, loss, T));
     } else if (c->owner[ch + 1] == c->stage) {
         memcpy(c->hand, strata_model_chunk_output(c->model, 0), n * sizeof(float));
@@ -199,7 +232,7 @@ static strata_status_t chain_step(void *self)
         ST_TRY(strata_isend(c->comm, c->out, n, STRATA_DTYPE_F32, c->owner[ch + 1], TAG_ACT + ch + 1,
                             &c->sreq));
     }
-    if (++c->k < c->nmine)
+    if (++c->k < c->npieces)
         return STRATA_OK;
     if (c->kind == ST_SIDE_SAMPLE && is_first(c) && c->owner[c->C - 1] != c->stage)
         c->want_token = true;
@@ -238,20 +271,18 @@ strata_status_t st_side_chain_create(strata_trainer_t *t, st_side_kind_t kind,
     c->rows = kind == ST_SIDE_EVAL ? t->micro_rows : 1;
     c->msg = (size_t)c->rows * (size_t)cfg->seq * (size_t)c->d;
     c->owner = malloc((size_t)c->C * sizeof *c->owner);
-    c->local = malloc((size_t)c->C * sizeof *c->local);
     c->mine = malloc((size_t)c->C * sizeof *c->mine);
     size_t ntok = kind == ST_SIDE_EVAL
                       ? (size_t)cfg->eval_batches * (size_t)t->micro * (size_t)c->msg / (size_t)c->d
                       : (size_t)cfg->seq;
     c->tokens = malloc(ntok * sizeof *c->tokens);
     c->targets = malloc(ntok * sizeof *c->targets);
-    if (!c->owner || !c->local || !c->mine || !c->tokens || !c->targets) {
+    if (!c->owner || !c->mine || !c->tokens || !c->targets) {
         st_side_chain_destroy(c);
         return st_error(STRATA_ERR_NO_MEMORY, "harvest: out of memory");
     }
-    for (int ch = 0, held = 0; ch < c->C; ch++) {
+    for (int ch = 0; ch < c->C; ch++) {
         c->owner[ch] = strata_pp_chunk_stage(cfg->schedule, t->pp, cfg->vp, ch);
-        c->local[ch] = c->owner[ch] == c->stage ? held++ : -1;
         if (c->owner[ch] == c->stage)
             c->mine[c->nmine++] = ch;
     }
@@ -278,7 +309,6 @@ void st_side_chain_destroy(st_side_chain_t *c)
         chain_finalize(c);
     strata_comm_destroy(c->comm);
     free(c->owner);
-    free(c->local);
     free(c->mine);
     free(c->tokens);
     free(c->targets);

@@ -5,7 +5,8 @@
  * snapshot step every stage copies its chunks' parameters into a model of its own (the snapshot),
  * then, bubble by bubble, runs its chunks' forwards of the side work's micro-batches and passes the
  * activations to the next chunk's stage over a communicator of their own, in the order the chunks
- * come; a step is one chunk's forward of one micro-batch, or nothing (STRATA_INPROGRESS) while the
+ * come; a step is one piece's forward (the stage's chunks cut into up to STRATA_GPT_MAX_CHUNKS runs
+ * of layers) of one micro-batch, or nothing (STRATA_INPROGRESS) while the
  * previous chunk's activation has not arrived. The trainer decides the snapshot steps for every
  * stage alike (st_side_chain_idle, st_side_chain_snapshot) and reports the results.
  *   eval    the validation loss of the snapshot over the trainer's validation batches (the same
