@@ -11,27 +11,9 @@
 # Needs python3 for the parser; exits 77 (skipped, with the reason) without it.
 set -u
 
-STRATA=${1:?usage: bash tests/cli/bench_nccl.sh path/to/strata}
-case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
-[ -x "$STRATA" ] || { echo "not executable: $STRATA" >&2; exit 2; }
+NAME=bench_nccl
+. "$(dirname "$0")/lib/check.sh"
 command -v python3 >/dev/null || { echo "skip: python3 is needed for the nccl-tests parser"; exit 77; }
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-bench-nccl-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-pass=0
-fail=0
-check() {
-    local desc=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-        echo "ok   - $desc"
-    else
-        fail=$((fail + 1))
-        echo "FAIL - $desc"
-        tail -c 1500 "$TMP/err" 2>/dev/null | sed 's/^/       /'
-    fi
-}
 # bench NRANKS ARGS...: the ranks' output in $TMP/out, errors in $TMP/err, exit status in $rc.
 bench() {
     local n=$1
@@ -126,5 +108,4 @@ bench 2 allreduce --sizes 4K -n 2 -w 0 --json
 check "--json: in_place and wrong fields" \
     python3 -c "import json,sys; o=json.loads(open('$TMP/out').readline()); sys.exit(not (o['wrong'] == 0 and o['in_place']['wrong'] == 0 and o['correct'] is True and o['average'] == 'avg'))"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -11,33 +11,10 @@
 # is optional: without it the render check says so and is not counted.
 set -u
 
-STRATA=${1:?usage: bash tests/cli/pictures.sh path/to/strata}
-case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
-[ -x "$STRATA" ] || { echo "not executable: $STRATA" >&2; exit 2; }
+NAME=pictures
+. "$(dirname "$0")/lib/check.sh"
 command -v python3 >/dev/null || { echo "skip: python3 is needed to parse the SVG"; exit 77; }
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 D=$ROOT/data/sched
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-pictures-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-pass=0
-fail=0
-check() {
-    local desc=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-        echo "ok   - $desc"
-    else
-        fail=$((fail + 1))
-        echo "FAIL - $desc"
-        head -c 1500 "$TMP/err" 2>/dev/null | sed 's/^/       /'
-    fi
-}
-run() {
-    "$STRATA" "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
 xml_ok() { python3 -c 'import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])' "$1" 2>"$TMP/err"; }
 py() { python3 "$@" 2>"$TMP/err"; }
 
@@ -130,5 +107,4 @@ else
     echo "not counted: rsvg-convert is not installed, the pictures were not rendered"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -9,32 +9,9 @@
 # Prints one line per check and "N passed, M failed"; exits non-zero when any check failed.
 set -u
 
-STRATA=${1:?usage: bash tests/cli/place.sh path/to/strata}
-case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
-[ -x "$STRATA" ] || { echo "not executable: $STRATA" >&2; exit 2; }
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NAME=place
+. "$(dirname "$0")/lib/check.sh"
 D=$ROOT/data/sched
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-place-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-pass=0
-fail=0
-check() {
-    local desc=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-        echo "ok   - $desc"
-    else
-        fail=$((fail + 1))
-        echo "FAIL - $desc"
-        head -c 1500 "$TMP/err" 2>/dev/null | sed 's/^/       /'
-    fi
-}
-run() {
-    "$STRATA" "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
 SMALL=(--slurm "$D/topology.conf" --cluster "$D/small-levels.json" --gpus-per-host 4)
 
 run place "${SMALL[@]}" --state "$D/small.state" --tp 4 --pp 2 --dp 2 \
@@ -89,5 +66,4 @@ check "sched svg written" grep -q "^<svg" "$TMP/s.svg"
 run sched "${SMALL[@]}" --trace "$D/sample.trace" --spares 1
 check "sched replays a trace file" test "$rc" -eq 0
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

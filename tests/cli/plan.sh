@@ -9,31 +9,8 @@
 # Prints one line per check and "N passed, M failed"; exits non-zero when any check failed.
 set -u
 
-STRATA=${1:?usage: bash tests/cli/plan.sh path/to/strata}
-case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
-[ -x "$STRATA" ] || { echo "not executable: $STRATA" >&2; exit 2; }
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-plan-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-pass=0
-fail=0
-check() {
-    local desc=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-        echo "ok   - $desc"
-    else
-        fail=$((fail + 1))
-        echo "FAIL - $desc"
-        head -c 1500 "$TMP/err" 2>/dev/null | sed 's/^/       /'
-    fi
-}
-run() {
-    "$STRATA" "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
+NAME=plan
+. "$(dirname "$0")/lib/check.sh"
 has() { grep -q -- "$1" "$TMP/out"; }
 
 run plan validate --data "$ROOT/data"
@@ -101,5 +78,4 @@ run plan --model llama3-8b --cluster dgx-h100-superpod --gpus 8 --pp 4 --dp 2 --
 check "the planner prices zb-v (vp 2 implied)" test "$rc" -eq 0
 check "its JSON names zb-v and vp 2" python3 -c "import json; d=json.load(open('$TMP/out')); s=json.dumps(d); assert '\"zb-v\"' in s and '\"vp\": 2' in s, s[:400]"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
