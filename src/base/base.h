@@ -21,6 +21,15 @@
 
 /* a * b for a, b >= 0, saturating at LLONG_MAX: products of sizes read from files (a job's
  * tp x cp x pp x dp) must not overflow before they are checked against a limit. */
+/* FNV-1a of a string: a short stable name for a longer one (job ids, derived ports). */
+static inline uint32_t st_fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
 static inline long long st_mul_sat(long long a, long long b)
 {
     long long r;

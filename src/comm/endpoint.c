@@ -312,11 +312,8 @@ static strata_status_t store_barrier(st_ep_t *ep)
  * names shared-memory segments and keys the peers' handshake) gets the store's address hashed on. */
 static strata_status_t unique_job_id(st_ep_t *ep, const char *addr)
 {
-    uint32_t h = 2166136261u; // FNV-1a
-    for (const char *p = addr; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
     size_t n = strlen(ep->job_id);
-    snprintf(ep->job_id + n, sizeof ep->job_id - n, "-%08x", (unsigned)h);
+    snprintf(ep->job_id + n, sizeof ep->job_id - n, "-%08x", (unsigned)st_fnv1a(addr));
     return STRATA_OK;
 }
 

@@ -297,13 +297,9 @@ static strata_status_t slurm_store(const char **addr, int *port)
     if (resv && isdigit((unsigned char)resv[0])) {
         *port = atoi(resv);
     } else {
-        uint32_t h = 2166136261u; // FNV-1a over "job.step"
-        for (const char *p = job ? job : ""; *p; p++)
-            h = (h ^ (unsigned char)*p) * 16777619u;
-        h = (h ^ '.') * 16777619u;
-        for (const char *p = stepid ? stepid : ""; *p; p++)
-            h = (h ^ (unsigned char)*p) * 16777619u;
-        *port = 20000 + (int)(h % 40000);
+        char id[160];
+        snprintf(id, sizeof id, "%s.%s", job ? job : "", stepid ? stepid : "");
+        *port = 20000 + (int)(st_fnv1a(id) % 40000);
     }
     return compose_addr("the Slurm step's first node", host, *port, addr);
 }
@@ -388,10 +384,7 @@ static strata_status_t read_job_id(const char *store_addr, int port, const char 
         *out = j;
         return STRATA_OK;
     }
-    uint32_t h = 2166136261u; // FNV-1a
-    for (const char *p = store_addr; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    snprintf(job_buf, sizeof job_buf, "p%d-%08x", port, (unsigned)h);
+    snprintf(job_buf, sizeof job_buf, "p%d-%08x", port, (unsigned)st_fnv1a(store_addr));
     *out = job_buf;
     return STRATA_OK;
 }
