@@ -16,6 +16,7 @@ typedef struct task {
     double recent[RECENT]; /* the last step durations */
     int nrecent, at;
     bool benched;          /* sits out the next bubble (it overran) */
+    bool skip;             /* out of the bubble being run (benched, refused, done for now) */
     uint64_t steps;        /* steps run, and their seconds */
     double seconds;
 } task_t;
@@ -100,12 +101,12 @@ static void learn(task_t *t, double d)
 
 /* The next task to run: the highest priority (then the earliest added) that is not done, not
  * benched and not refused in this bubble. */
-static task_t *next_task(strata_harvester_t *h, const bool *skip)
+static task_t *next_task(strata_harvester_t *h)
 {
     task_t *best = NULL;
     for (int i = 0; i < h->n; i++) {
         task_t *t = &h->task[i];
-        if (skip[i] || t->state == STRATA_TASK_FINISHED || t->state == STRATA_TASK_STOPPED)
+        if (t->skip || t->state == STRATA_TASK_FINISHED || t->state == STRATA_TASK_STOPPED)
             continue;
         if (!best || t->priority > best->priority)
             best = t;
@@ -130,29 +131,25 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
     h->stats.bubble_s += budget_s > 0 ? budget_s : 0;
     uint64_t t0 = st_now_ns();
     double done = 0;
-    bool *skip = calloc((size_t)h->n + 1, sizeof *skip);
-    if (!skip)
-        return 0;
-    for (int i = 0; i < h->n; i++) // an overrun sits this bubble out, then may go again
-        if (h->task[i].benched) {
-            skip[i] = true;
-            h->task[i].benched = false;
-            h->stats.benched++;
-        }
+    for (int i = 0; i < h->n; i++) { // an overrun sits this bubble out, then may go again
+        task_t *t = &h->task[i];
+        t->skip = t->benched;
+        h->stats.benched += t->benched;
+        t->benched = false;
+    }
     task_t *t;
     bool ended = b->over && b->over(b->over_ctx); // polled once after every step
-    while (budget_s > 0 && !ended && (t = next_task(h, skip))) {
-        size_t i = (size_t)(t - h->task);
+    while (budget_s > 0 && !ended && (t = next_task(h))) {
         double left = budget_s - (double)(st_now_ns() - t0) * 1e-9;
         // The first step is the measurement; after it, the learned cost with its margin must fit.
         if (t->nrecent && cost(t) * (1 + h->margin) > left) {
-            skip[i] = true;
+            t->skip = true;
             continue;
         }
         if (t->state == STRATA_TASK_CREATED) {
             if (t->ops.mem_bytes > mem_free) { // not even initialised: it would not fit
                 h->stats.refused_memory++;
-                skip[i] = true;
+                t->skip = true;
                 continue;
             }
             strata_status_t rc = t->ops.init ? t->ops.init(t->self) : STRATA_OK;
@@ -166,7 +163,7 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
         }
         if (t->ops.mem_bytes > mem_free && t->state == STRATA_TASK_PAUSED) {
             h->stats.refused_memory++;
-            skip[i] = true;
+            t->skip = true;
             continue;
         }
         if (t->state == STRATA_TASK_PAUSED && t->ops.resume)
@@ -178,10 +175,7 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
         double d = (double)(st_now_ns() - s0) * 1e-9;
         ended = b->over && b->over(b->over_ctx);
         if (rc == STRATA_INPROGRESS) { // nothing to do now: it yields the rest of the bubble
-            skip[i] = true;
-            if (t->ops.pause)
-                t->ops.pause(t->self);
-            t->state = STRATA_TASK_PAUSED;
+            t->skip = true;
             continue;
         }
         done += d;
@@ -204,13 +198,9 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
             // Past the bubble's end the training waited for it: benched from the next bubble.
             if ((double)(st_now_ns() - t0) * 1e-9 > budget_s || ended) {
                 t->benched = true;
-                skip[i] = true;
+                t->skip = true;
             }
         }
-        if (t->ops.pause && skip[i])
-            t->ops.pause(t->self);
-        if (skip[i])
-            t->state = STRATA_TASK_PAUSED;
     }
     for (int i = 0; i < h->n; i++) // the bubble is over: every running task pauses
         if (h->task[i].state == STRATA_TASK_RUNNING) {
@@ -218,7 +208,6 @@ double strata_harvester_bubble(strata_harvester_t *h, const strata_harvest_bubbl
                 h->task[i].ops.pause(h->task[i].self);
             h->task[i].state = STRATA_TASK_PAUSED;
         }
-    free(skip);
     h->stats.harvested_s += done;
     return done;
 }
