@@ -28,29 +28,23 @@ static void harvest_bubble(void *ctx, const strata_pp_bubble_t *predicted)
         strata_harvester_bubble(t->harvester, &b);
 }
 
-/* Creates the named task, its ops in *ops. */
+/* Creates the named task (named once: the caller checks), its ops in *ops. */
 static strata_status_t make_task(strata_trainer_t *t, const char *name, strata_side_task_ops_t *ops,
                                  void **self)
 {
     if (!strcmp(name, "eval") || !strcmp(name, "sample")) {
         bool eval = name[0] == 'e';
         st_side_chain_t **c = eval ? &t->side_eval : &t->side_sample;
-        if (*c)
-            return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest names %s twice", name);
         ST_TRY(st_side_chain_create(t, eval ? ST_SIDE_EVAL : ST_SIDE_SAMPLE, c, ops));
         *self = *c;
         return STRATA_OK;
     }
     if (!strcmp(name, "data")) {
-        if (t->side_data)
-            return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest names data twice");
         ST_TRY(st_side_data_create(t, DATA_AHEAD, &t->side_data, ops));
         *self = t->side_data;
         return STRATA_OK;
     }
     if (!strcmp(name, "gemm")) {
-        if (t->side_gemm)
-            return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest names gemm twice");
         ST_TRY(strata_side_task_gemm(GEMM_N, ops, &t->side_gemm));
         *self = t->side_gemm;
         return STRATA_OK;
@@ -69,10 +63,13 @@ strata_status_t st_trainer_harvest_create(strata_trainer_t *t)
                         "bubbles: it needs --pp 2 or more");
     ST_TRY(strata_harvester_create(0.25, &t->harvester));
     int n = 0; // the first named goes first: priorities count down
-    for (const char *s = list; *s && n < ST_MAX_SIDE_TASKS;) {
+    for (const char *s = list; *s;) { // each shipped task at most once: n stays in bounds
         size_t len = strcspn(s, ",");
         char name[32];
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+        for (int k = 0; k < n; k++)
+            if (!strcmp(t->side[k].name, name))
+                return st_error(STRATA_ERR_INVALID_ARG, "train: --harvest names %s twice", name);
         strata_side_task_ops_t ops;
         void *self = NULL;
         ST_TRY(make_task(t, name, &ops, &self));

@@ -50,6 +50,8 @@ grep -q '"side":{"eval":{"steps":[0-9]*,"s":[0-9.]*},"sample":{.*},"data":{.*},"
     echo "side work in metrics: ok" || { echo "side work in metrics: FAIL"; tail -1 "$W/harvest.jsonl"; fail=1; }
 
 expect_error "--harvest unknown" "unknown side task 'nap'" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --harvest gemm,nap
+expect_error "--harvest unknown after all four" "unknown side task 'nap'" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --harvest eval,sample,data,gemm,nap
+expect_error "--harvest twice" "names gemm twice" "$S" launch -n 2 -- "$S" train "${A[@]}" --pp 2 --harvest gemm,gemm
 expect_error "--harvest without --pp" "needs --pp 2 or more" "$S" train "${A[@]}" --harvest gemm
 expect_error "--harvest eval with --tp 2" "tensor-parallel part" "$S" launch -n 4 -- "$S" train "${A[@]}" --pp 2 --tp 2 --harvest eval
 expect_error "one process --pp 2" "needs 2 ranks" "$S" train "${A[@]}" --pp 2
