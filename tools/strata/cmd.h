@@ -51,9 +51,11 @@ bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out);
 bool cmd_int_option(const char *cmd, const char *flag, const char *value, long long lo,
                     long long hi, int *out);
 
-/* The world communicator from the launcher's environment; on failure prints why, with "run it
- * under a launcher: <example>" only when no launcher started this process, and returns 1. */
-int cmd_comm_from_env(const char *who, const char *example, strata_comm_t **out);
+/* The world communicator from the launcher's environment (timeout_ms > 0 replaces its timeout); on
+ * failure prints why, with "run it under a launcher: <example>" only when no launcher started this
+ * process, and returns 1. */
+int cmd_comm_from_env(const char *who, const char *example, long long timeout_ms,
+                      strata_comm_t **out);
 
 /* Prints "strata: error: <msg>" (and "hint: <hint>" when hint is not NULL) to stderr; returns 1. */
 int cmd_fail(const char *hint, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -774,18 +774,10 @@ int cmd_bench(int argc, char **argv)
     }
 
     strata_comm_t *comm = NULL;
-    strata_comm_config_t cfg;
-    strata_status_t st = strata_comm_config_from_env(&cfg);
-    if (st == STRATA_OK && o.timeout_s > 0)
-        cfg.timeout_ms = 1000LL * o.timeout_s;
-    if (st == STRATA_OK)
-        st = strata_comm_create(&cfg, &comm);
-    if (st != STRATA_OK) {
+    if (cmd_comm_from_env("bench", "strata launch -n 2 -- strata bench allreduce",
+                          o.timeout_s > 0 ? 1000LL * o.timeout_s : 0, &comm) != 0) {
         free(sizes);
-        return cmd_fail(strata_comm_launcher() ? NULL // a hint only when it is true
-                                               : "run it under a launcher: strata launch -n 2 -- "
-                                                 "strata bench allreduce",
-                        "bench: cannot create the communicator: %s", strata_last_error());
+        return 1;
     }
     const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
     if (bench_has_root(o.coll) && o.root >= nranks) {
@@ -837,7 +829,7 @@ int cmd_bench(int argc, char **argv)
     const int ntypes = data ? o.ndtypes : 1, nops = bench_has_op(o.coll) ? o.nops : 1;
     const char *what = "";
     size_t failed_bytes = 0;
-    st = STRATA_OK;
+    strata_status_t st = STRATA_OK;
     for (int d = 0; d < ntypes && st == STRATA_OK; d++)
         for (int p = 0; p < nops && st == STRATA_OK; p++) {
             const bench_case_t k = {o.coll, data ? o.dtypes[d] : STRATA_DTYPE_U8,

@@ -68,7 +68,7 @@ int cmd_probe(int argc, char **argv)
         }
     }
     strata_comm_t *comm;
-    if (cmd_comm_from_env("probe", "strata launch -n N -- strata probe", &comm) != 0)
+    if (cmd_comm_from_env("probe", "strata launch -n N -- strata probe", 0, &comm) != 0)
         return 1;
     strata_probe_result_t r;
     strata_status_t rc = strata_probe_run(comm, &o, &r);

@@ -56,9 +56,15 @@ bool cmd_int_option(const char *cmd, const char *flag, const char *value, long l
     return true;
 }
 
-int cmd_comm_from_env(const char *who, const char *example, strata_comm_t **out)
+int cmd_comm_from_env(const char *who, const char *example, long long timeout_ms,
+                      strata_comm_t **out)
 {
-    if (strata_comm_create_from_env(out) == STRATA_OK)
+    *out = NULL;
+    strata_comm_config_t cfg;
+    strata_status_t st = strata_comm_config_from_env(&cfg);
+    if (st == STRATA_OK && timeout_ms > 0)
+        cfg.timeout_ms = timeout_ms;
+    if (st == STRATA_OK && strata_comm_create(&cfg, out) == STRATA_OK)
         return 0;
     char hint[256];
     snprintf(hint, sizeof hint, "run it under a launcher: %s", example);
