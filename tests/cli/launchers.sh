@@ -26,7 +26,7 @@ A=(--data data/corpus/strata_tales.txt --layers 2 --heads 2 --dim 32 --seq 32 --
    --threads 1 --quiet)
 "$S" launch -n 2 -- "$S" train "${A[@]}" --metrics "$W/ref.jsonl" >/dev/null 2>&1 ||
     { echo "reference run under strata launch failed"; exit 1; }
-losses() { sed -E 's/^\{"step":([0-9]+),"loss":([-0-9.e]+).*/\1 \2/' "$1"; }
+. tests/cli/lib/train.sh # losses()
 
 # check NAME COMMAND...: COMMAND runs the bench (prefix "bench") or the train (prefix "train") under
 # a launcher; ok when it exits 0 and the bench's results are correct or the losses match.
