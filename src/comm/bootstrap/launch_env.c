@@ -274,7 +274,8 @@ static bool first_host(const char *list, char *out, size_t size)
 /* Under srun without a PMI plugin: task 0's node and a port only this job step uses. srun's block
  * and cyclic distributions put task 0 on the step's first node; an arbitrary one on the hostfile's
  * first line. The port is the step's first reserved one (SLURM_STEP_RESV_PORTS, from Slurm's
- * MpiParams=ports=) or one derived from the job and step ids in 20000..59999. */
+ * MpiParams=ports=) or one derived from the job and step ids in 15000..31999: below Linux's
+ * ephemeral ports (32768 up), which the host's outgoing connections hold at random. */
 static strata_status_t slurm_store(const char **addr, int *port)
 {
     char host[256] = "";
@@ -299,7 +300,7 @@ static strata_status_t slurm_store(const char **addr, int *port)
     } else {
         char id[160];
         snprintf(id, sizeof id, "%s.%s", job ? job : "", stepid ? stepid : "");
-        *port = 20000 + (int)(st_fnv1a(id) % 40000);
+        *port = 15000 + (int)(st_fnv1a(id) % 17000);
     }
     return compose_addr("the Slurm step's first node", host, *port, addr);
 }
