@@ -99,6 +99,15 @@ static void avg_region(const st_coll_args_t *a, void **buf, size_t *bytes)
     }
 }
 
+/* Whether peers will reach the call's buffers as mapped memory: strata_mem_alloc buffers (`mem`), or
+ * buffers large enough for the window to adopt. The size rule is the same on every rank, so they
+ * all choose alike. */
+static bool mapped(const st_coll_args_t *a, size_t bytes, bool mem)
+{
+    size_t adopt_min = a->direct_ok ? st_win_adopt_min(a->win) : 0;
+    return a->direct_ok && (mem || (adopt_min && bytes >= adopt_min));
+}
+
 static strata_status_t start(strata_comm_t *comm, st_coll_args_t *a, size_t bytes, size_t *vec,
                              strata_request_t **out)
 {
@@ -114,8 +123,8 @@ static strata_status_t start(strata_comm_t *comm, st_coll_args_t *a, size_t byte
     r->tag_base = ((uint64_t)comm->ctx << ST_TAG_CTX_SHIFT) |
                   ((uint64_t)((r->seq - 1) & ST_TAG_SEQ_MASK) << ST_TAG_SEQ_SHIFT);
     st_sched_init(&r->sched, a->dtype, a->op, comm->nranks);
-    a->registered = a->direct_ok && (!a->sendbuf || st_win_owns(a->win, a->sendbuf)) &&
-                    (!a->recvbuf || st_win_owns(a->win, a->recvbuf));
+    a->registered = mapped(a, bytes, (!a->sendbuf || st_win_owns(a->win, a->sendbuf)) &&
+                                         (!a->recvbuf || st_win_owns(a->win, a->recvbuf)));
     if (comm->nranks == 1) {
         build_self(&r->sched, a);
     } else {
@@ -587,7 +596,7 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
     st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_U8, STRATA_OP_SUM);
     a.uniform = true;
     a.count = bytes;
-    a.registered = mem && a.direct_ok;
+    a.registered = mapped(&a, bytes, mem);
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     return al ? al->name : "none";
 }
@@ -606,7 +615,7 @@ double strata_comm_predict(const strata_comm_t *comm, strata_coll_t coll, size_t
     st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_F32, STRATA_OP_SUM);
     a.uniform = true;
     a.count = bytes / 4;
-    a.registered = mem && a.direct_ok;
+    a.registered = mapped(&a, bytes, mem);
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     strata_xfer_pipe_t pipe;
     return al ? st_algo_cost(al, &a, bytes, &comm->link, &pipe) : -1;

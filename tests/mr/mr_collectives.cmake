@@ -7,3 +7,9 @@ set_tests_properties(mr_collectives_large PROPERTIES LABELS "mr;large" TIMEOUT 9
 # The same matrix on strata_mem_alloc memory: the direct algorithms.
 add_test(NAME mr_collectives_mem COMMAND mr_collectives small mem)
 set_tests_properties(mr_collectives_mem PROPERTIES LABELS "mr" TIMEOUT 900)
+# The same matrix on malloc memory that the windows adopt from 4 KiB up (STRATA_SHM_ADOPT): the
+# direct algorithms on the user's own buffers, their partial end pages through CMA. (From 1 MiB,
+# the default, mr_collectives_large runs them too, with non-temporal stores out of place.)
+add_test(NAME mr_collectives_adopt COMMAND mr_collectives small)
+set_tests_properties(mr_collectives_adopt PROPERTIES LABELS "mr" TIMEOUT 900
+                     ENVIRONMENT "STRATA_SHM_ADOPT=4K")

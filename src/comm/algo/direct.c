@@ -23,6 +23,11 @@
 #include "comm/window.h"
 
 #define CHUNK (128u << 10) /* a chunk and its staging copy stay in L2 */
+/* Blocks from this size write their results with non-temporal stores (out of place only): the
+ * outputs are far larger than the cache, and reading every output line for ownership before
+ * overwriting it would cost as much memory traffic as the inputs. In place, the lines were just
+ * read and are already owned. */
+#define STREAM_MIN (2u << 20)
 
 typedef struct bufs {
     st_buf_desc_t send, recv;
@@ -36,6 +41,7 @@ typedef struct direct {
     size_t off, len;      /* this rank's block, bytes: its offset in the full buffers and length */
     size_t recv_off;      /* where the block goes in this rank's recvbuf */
     char *stage;          /* CHUNK bytes for operands that come through CMA */
+    char *sum;            /* CHUNK bytes where a streamed chunk is reduced, or NULL */
     bufs_t mine;
     bufs_t *peers;        /* [nranks], filled by the exchange */
 } direct_t;
@@ -60,9 +66,9 @@ static const void *peer_input(direct_t *d, st_ep_t *ep, const int *world, int q,
 {
     const st_buf_desc_t *b = &d->peers[q].send;
     void *p;
-    int err = st_win_map(st_ep_window(ep), world[q], b, at + len, &p);
+    int err = st_win_map(st_ep_window(ep), world[q], b, at, len, &p);
     if (!err && p)
-        return (char *)p + at;
+        return p;
     if (!err)
         err = st_win_copy(b, at, d->stage, len, false);
     if (err) {
@@ -72,15 +78,18 @@ static const void *peer_input(direct_t *d, st_ep_t *ep, const int *world, int q,
     return d->stage;
 }
 
-/* Writes `len` bytes from `src` to byte `at` of peer q's output. */
+/* Writes `len` bytes from `src` to byte `at` of peer q's output (streamed: see STREAM_MIN). */
 static strata_status_t peer_output(direct_t *d, st_ep_t *ep, const int *world, int q, size_t at,
-                                   const void *src, size_t len)
+                                   const void *src, size_t len, bool stream)
 {
     const st_buf_desc_t *b = &d->peers[q].recv;
     void *p;
-    int err = st_win_map(st_ep_window(ep), world[q], b, at + len, &p);
+    int err = st_win_map(st_ep_window(ep), world[q], b, at, len, &p);
     if (!err && p) {
-        memcpy((char *)p + at, src, len);
+        if (stream)
+            st_copy_stream(p, src, len);
+        else
+            memcpy(p, src, len);
         return STRATA_OK;
     }
     if (!err)
@@ -94,25 +103,35 @@ static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *a
     const int n = d->nranks, r = d->rank;
     const bool reduces = d->coll != STRATA_COLL_ALLGATHER;
     const bool writes = d->coll != STRATA_COLL_REDUCE_SCATTER;
+    const bool stream = d->sum != NULL;
     for (size_t c = 0; c < d->len; c += CHUNK) {
         size_t len = ST_MIN((size_t)CHUNK, d->len - c);
         char *out = d->recvbuf + d->recv_off + c;
         const char *mine = d->sendbuf + (reduces ? d->off : 0) + c;
+        const char *result = out; // where the chunk's result is once this rank has it
         if (reduces) {
+            char *acc = stream ? d->sum : out; // streamed: reduced in cache, then stored once
             for (int k = 1; k < n; k++) {
                 int q = (r + k) % n;
                 strata_status_t rc = STRATA_ERR_INTERNAL;
                 const void *in = peer_input(d, ep, world, q, d->off + c, len, &rc);
                 if (!in)
                     return rc;
-                st_reduce(s->dtype, s->op, out, k == 1 ? mine : out, in, len / s->esize);
+                st_reduce(s->dtype, s->op, acc, k == 1 ? mine : acc, in, len / s->esize);
             }
+            if (stream)
+                st_copy_stream(out, acc, len);
+            result = acc;
         } else if (out != mine) {
-            memcpy(out, mine, len);
+            if (stream)
+                st_copy_stream(out, mine, len);
+            else
+                memcpy(out, mine, len);
+            result = mine;
         }
         if (writes)
             for (int k = 1; k < n; k++)
-                ST_TRY(peer_output(d, ep, world, (r + k) % n, d->off + c, out, len));
+                ST_TRY(peer_output(d, ep, world, (r + k) % n, d->off + c, result, len, stream));
     }
     return STRATA_OK;
 }
@@ -122,12 +141,17 @@ static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send
                              size_t recv_bytes, size_t off, size_t len, size_t recv_off)
 {
     const int n = a->nranks, r = a->rank;
-    direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * sizeof(bufs_t) + CHUNK);
+    const bool reduces = a->coll != STRATA_COLL_ALLGATHER;
+    const char *mine = (const char *)a->sendbuf + (reduces ? off : 0);
+    const bool stream = len >= STREAM_MIN && (const char *)a->recvbuf + recv_off != mine;
+    direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * sizeof(bufs_t) + (stream ? 2 : 1) * CHUNK);
     if (!d)
         return s->build_rc;
-    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .off = off, .len = len,
-                    .recv_off = recv_off, .peers = (bufs_t *)(d + 1)};
+    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .sendbuf = a->sendbuf,
+                    .recvbuf = a->recvbuf, .off = off, .len = len, .recv_off = recv_off,
+                    .peers = (bufs_t *)(d + 1)};
     d->stage = (char *)(d->peers + n);
+    d->sum = stream ? d->stage + CHUNK : NULL;
     st_win_describe(a->win, a->sendbuf, send_bytes, &d->mine.send);
     st_win_describe(a->win, a->recvbuf, recv_bytes, &d->mine.recv);
     for (int k = 1; k < n; k++) {

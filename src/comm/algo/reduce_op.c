@@ -413,6 +413,38 @@ void st_reduce(strata_dtype_t dtype, strata_op_t op, void *dst, const void *a, c
     kernels[dtype][op](dst, a, b, count);
 }
 
+/* ---- streaming copy -------------------------------------------------------------------------- */
+
+void st_copy_stream(void *dst, const void *src, size_t bytes)
+{
+#ifdef ST_X86_DISPATCH
+    char *d = dst;
+    const char *s = src;
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), x0);
+        _mm_stream_si128((__m128i *)(d + i + 16), x1);
+        _mm_stream_si128((__m128i *)(d + i + 32), x2);
+        _mm_stream_si128((__m128i *)(d + i + 48), x3);
+    }
+    memcpy(d + i, s + i, bytes - i);
+    _mm_sfence();
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
 /* ---- AVG finish ------------------------------------------------------------------------------ */
 
 #define DEFINE_DIV(name, T, DT)                       \

@@ -14,6 +14,11 @@
 void st_reduce(strata_dtype_t dtype, strata_op_t op, void *dst, const void *a, const void *b,
                size_t count);
 
+/* memcpy(dst, src, bytes) with non-temporal stores where the CPU has them (x86: SSE2): for large
+ * outputs that nobody reads soon, the destination's lines are neither read for ownership nor kept
+ * in cache. Ends with a store fence, so the bytes are visible before any later store. */
+void st_copy_stream(void *dst, const void *src, size_t bytes);
+
 /* Divides every element by n (integer division for integer types), finishing an AVG. */
 void st_reduce_finish_avg(strata_dtype_t dtype, void *buf, size_t count, int n);
 
