@@ -140,7 +140,9 @@ STRATA_API strata_status_t strata_comm_get_error(const strata_comm_t *comm);
  * much less than its peers in the same collectives is the one they wait for. Counts cover every
  * communicator of the process (the world and its splits). */
 typedef struct strata_comm_stats {
-    uint64_t ops;   /* operations completed (collectives and point-to-point) */
+    uint64_t ops;   /* operations completed (collectives, including the communicator's own set-up
+                       exchanges such as the mailboxes' on a first small allreduce, and
+                       point-to-point) */
     double wait_s;  /* seconds spent blocked in strata_request_wait and the blocking calls */
 } strata_comm_stats_t;
 

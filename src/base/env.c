@@ -20,6 +20,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_SHM_SLOT_BYTES", "256K", "payload bytes per shared-memory ring slot"},
     {"STRATA_SHM_SLOTS", "8", "slots per directed shared-memory ring"},
     {"STRATA_SHM_ADOPT", "1M", "buffers from malloc of at least this many bytes are adopted (their pages remapped onto shareable memory, once) so the direct algorithms map them; 0 turns adoption off; set alike on every rank"},
+    {"STRATA_SHM_MAILBOX", "1K", "blocking allreduces of at most this many bytes among 2-8 ranks of one host go through per-rank shared slots (the latency path) instead of messages; 0 turns it off; set alike on every rank"},
     {"STRATA_SHM_CMA", "1", "0 turns off cross-memory attach and with it the direct algorithms (ranks of one host then exchange only messages); set alike on every rank"},
     {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
     {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},

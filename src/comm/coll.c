@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/comm_internal.h"
+#include "comm/mailbox.h"
 #include "comm/window.h"
 
 /* ---- common path ------------------------------------------------------------------------------- */
@@ -196,16 +197,23 @@ static bool is_uniform(int n, const size_t *v)
 
 /* ---- reductions -------------------------------------------------------------------------------- */
 
-strata_status_t strata_iallreduce(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, strata_dtype_t dtype, strata_op_t op,
-                                  strata_request_t **req)
+static strata_status_t check_allreduce(const strata_comm_t *comm, const void *sendbuf,
+                                      const void *recvbuf, size_t count, strata_dtype_t dtype,
+                                      strata_op_t op, strata_request_t **req)
 {
     static const char fn[] = "strata_allreduce";
     ST_TRY(check_comm(comm, req, fn));
     ST_TRY(check_type(dtype, op, true, fn));
     ST_TRY(check_count(count, strata_dtype_size(dtype), 1, fn));
     ST_TRY(check_buf(sendbuf, count, fn, "sendbuf"));
-    ST_TRY(check_buf(recvbuf, count, fn, "recvbuf"));
+    return check_buf(recvbuf, count, fn, "recvbuf");
+}
+
+strata_status_t strata_iallreduce(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                  size_t count, strata_dtype_t dtype, strata_op_t op,
+                                  strata_request_t **req)
+{
+    ST_TRY(check_allreduce(comm, sendbuf, recvbuf, count, dtype, op, req));
     st_coll_args_t a = args_for(comm, STRATA_COLL_ALLREDUCE, dtype, op);
     a.sendbuf = sendbuf;
     a.recvbuf = recvbuf;
@@ -499,6 +507,14 @@ strata_status_t strata_irecv(strata_comm_t *comm, void *buf, size_t count, strat
 strata_status_t strata_allreduce(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
                                  size_t count, strata_dtype_t dtype, strata_op_t op)
 {
+    strata_request_t *unused;
+    ST_TRY(check_allreduce(comm, sendbuf, recvbuf, count, dtype, op, &unused));
+    if (st_mailbox_serves(comm, count * strata_dtype_size(dtype))) {
+        bool served;
+        strata_status_t rc = st_mailbox_allreduce(comm, sendbuf, recvbuf, count, dtype, op, &served);
+        if (served || rc < 0)
+            return rc;
+    }
     ST_BLOCKING(strata_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, &req_));
 }
 

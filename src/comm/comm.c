@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "comm/comm_internal.h"
+#include "comm/mailbox.h"
 #include "comm/window.h"
 
 static strata_status_t validate(const strata_comm_config_t *cfg)
@@ -93,6 +94,7 @@ void strata_comm_destroy(strata_comm_t *comm)
 {
     if (!comm)
         return;
+    st_mailbox_free(comm, comm->mailbox);
     release_shared(comm->sh);
     st_comm_topo_free(comm->topo);
     free(comm->world);

@@ -26,6 +26,7 @@ struct strata_comm {
     st_topo_t *topo;     /* its place on the fabric (topo.c); NULL only while being created */
     strata_link_calib_t calib; /* how its fabric's links were calibrated (calibrate.c; a split's are
                              its parent's) */
+    struct st_mailbox *mailbox; /* small allreduces on one host (mailbox.c); NULL until first used */
 };
 
 /* Where this rank sits (topo.c): its path on the fabric ("" when nothing says) and the fabric's
@@ -88,5 +89,14 @@ strata_status_t st_request_start(strata_request_t *req, strata_request_t **out);
 
 /* Frees a request that never started. */
 void st_request_free(strata_request_t *req);
+
+/* Opens and closes a collective's flight-recorder entry and trace span (what, algo, bytes and seq
+ * set): st_request_start and completion do it for schedules; mailbox.c, which runs collectives
+ * without one, calls them on a request of its own. */
+void st_request_record_begin(strata_request_t *req);
+void st_request_record_end(strata_request_t *req, strata_status_t rc);
+
+/* Advances every request in flight on `sh` (a finished one leaves the list). */
+void st_request_step_all(st_shared_t *sh);
 
 #endif

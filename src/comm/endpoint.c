@@ -529,6 +529,17 @@ static strata_status_t ensure_conn(st_ep_t *ep, st_peer_t *p)
                       st_ep_peer_name(ep, p->rank));
 }
 
+strata_status_t st_ep_wake(st_ep_t *ep, int rank)
+{
+    if (rank == ep->rank)
+        return STRATA_OK;
+    st_peer_t *p = &ep->peers[rank];
+    ST_TRY(ensure_conn(ep, p));
+    if (p->tp->wake)
+        p->tp->wake(ep, ep->tp[tp_index(p->tp)], p);
+    return STRATA_OK;
+}
+
 void st_ep_adopt_peer(st_ep_t *ep, st_peer_t *p, const st_transport_ops_t *ops)
 {
     p->tp = ops;
@@ -730,7 +741,9 @@ static strata_status_t check_failures(st_ep_t *ep)
     return STRATA_OK;
 }
 
-static void sleep_once(st_ep_t *ep, int timeout_ms)
+/* Sleeps until a peer rings or data arrives, or timeout_ms; done(arg) is checked again after the
+ * announcement, since work that completes it may come outside the transports (st_ep_wake). */
+static void sleep_once(st_ep_t *ep, int timeout_ms, bool (*done)(void *arg), void *arg)
 {
     bool need_poll = false, shm_busy = false;
     for (int i = 0; i < ep->nlive; i++) {
@@ -745,13 +758,13 @@ static void sleep_once(st_ep_t *ep, int timeout_ms)
         uint32_t seq = st_shm_sleep_begin(shm);
         bool moved = false;
         // Re-check after announcing: a peer that published before the announcement did not ring.
-        if (st_ep_progress(ep, true, &moved) >= 0 && !moved)
+        if (st_ep_progress(ep, true, &moved) >= 0 && !moved && !done(arg))
             st_shm_sleep_wait(shm, seq, timeout_ms);
         st_shm_sleep_end(shm);
         return;
     }
     bool moved = false;
-    if (st_ep_progress(ep, true, &moved) < 0 || moved)
+    if (st_ep_progress(ep, true, &moved) < 0 || moved || done(arg))
         return;
     struct pollfd fds[256];
     int n = 0;
@@ -840,7 +853,7 @@ static strata_status_t wait_loop(st_ep_t *ep, bool (*done)(void *arg), void *arg
             beat(ep, arg, what, began);
         }
         uint64_t left_ms = (deadline_ns - now) / 1000000u + 1;
-        sleep_once(ep, (int)ST_MIN(left_ms, 50u));
+        sleep_once(ep, (int)ST_MIN(left_ms, 50u), done, arg);
     }
 }
 

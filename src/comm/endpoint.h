@@ -117,6 +117,10 @@ strata_status_t st_ep_progress(st_ep_t *ep, bool drain, bool *moved);
  * when none), for the watchdog (watchdog.h). */
 typedef void (*st_wait_what_fn)(void *arg, char *buf, size_t len, int *awaited);
 
+/* Wakes rank `rank`'s process if it sleeps in st_ep_wait (connecting to it first if need be), for
+ * callers that hand it data outside the transports (comm/mailbox.c). */
+strata_status_t st_ep_wake(st_ep_t *ep, int rank);
+
 /* Waits until done(arg) is true, progressing; spins briefly then sleeps. A long wait publishes
  * heartbeats; at `deadline_ns` the watchdog finds the rank that stopped responding and the wait
  * fails with STRATA_ERR_TIMEOUT naming it (or what was awaited, from what(arg)). */

@@ -71,11 +71,23 @@ static void unlink_active(strata_request_t *req)
     req->next = req->prev = NULL;
 }
 
-static void finish(strata_request_t *req, strata_status_t rc)
+void st_request_record_begin(strata_request_t *req)
+{
+    req->flight = st_flight_begin(st_ep_flight(req->comm->sh->ep), req->comm->ctx, req->seq,
+                                  req->what, req->algo, req->bytes);
+    trace_begin(req);
+}
+
+void st_request_record_end(strata_request_t *req, strata_status_t rc)
 {
     if (req->comm->sh->ep)
         st_flight_end(st_ep_flight(req->comm->sh->ep), req->flight, rc);
     trace_end(req);
+}
+
+static void finish(strata_request_t *req, strata_status_t rc)
+{
+    st_request_record_end(req, rc);
     req->finished = true;
     req->status = rc;
     unlink_active(req);
@@ -89,8 +101,7 @@ static void step_one(strata_request_t *req)
         finish(req, rc);
 }
 
-/* Advances every request in flight; a finished one leaves the list. */
-static void step_all(st_shared_t *sh)
+void st_request_step_all(st_shared_t *sh)
 {
     for (strata_request_t *r = sh->active, *next; r; r = next) {
         next = r->next;
@@ -112,9 +123,7 @@ strata_status_t st_request_start(strata_request_t *req, strata_request_t **out)
         st_request_free(req);
         return rc;
     }
-    req->flight = st_flight_begin(st_ep_flight(sh->ep), req->comm->ctx, req->seq, req->what,
-                                  req->algo, req->bytes);
-    trace_begin(req);
+    st_request_record_begin(req);
     req->next = sh->active;
     if (sh->active)
         sh->active->prev = req;
@@ -127,7 +136,7 @@ strata_status_t st_request_start(strata_request_t *req, strata_request_t **out)
 static bool req_done(void *arg)
 {
     strata_request_t *req = arg;
-    step_all(req->comm->sh);
+    st_request_step_all(req->comm->sh);
     return req->finished;
 }
 

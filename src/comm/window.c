@@ -421,26 +421,40 @@ void st_win_describe(st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d)
     d->hi = (uint64_t)(to - c);
 }
 
-/* Maps region `d` of `peer`: the owner's memfd, duplicated through a pidfd, mapped whole. Returns
- * the cache entry, or NULL with errno set. */
-static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d)
+int st_win_map_own(const st_buf_desc_t *d, void **out, size_t *size)
 {
+    *out = NULL;
+    *size = 0;
+    if (!d->region)
+        return EINVAL;
     int pidfd = (int)syscall(SYS_pidfd_open, d->pid, 0);
     int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, d->fd, 0);
     int e = errno;
     if (pidfd >= 0)
         close(pidfd);
-    if (fd < 0) {
-        errno = e;
-        return NULL;
-    }
-    off_t size = lseek(fd, 0, SEEK_END);
-    void *p = size > 0 ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                              fd, 0)
-                       : MAP_FAILED;
-    e = size > 0 ? errno : EBADF;
+    if (fd < 0)
+        return e;
+    off_t len = lseek(fd, 0, SEEK_END);
+    void *p = len > 0 ? mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                             fd, 0)
+                      : MAP_FAILED;
+    e = len > 0 ? errno : EBADF;
     close(fd);
-    if (p == MAP_FAILED) {
+    if (p == MAP_FAILED)
+        return e;
+    *out = p;
+    *size = (size_t)len;
+    return 0;
+}
+
+/* Maps region `d` of `peer` whole (the owner's memfd, duplicated through a pidfd) into the cache.
+ * Returns the cache entry, or NULL with errno set. */
+static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d)
+{
+    void *p;
+    size_t size;
+    int e = st_win_map_own(d, &p, &size);
+    if (e) {
         errno = e;
         return NULL;
     }

@@ -84,6 +84,10 @@ void st_win_describe(st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d)
  * has exited; EBADF: it freed the region; ERANGE: the region is shorter than described). */
 int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t at, size_t len, void **out);
 
+/* Maps the whole region of a peer's buffer `d` for the caller, outside the cache (the caller keeps
+ * it as long as it likes and unmaps *out, *size itself). Returns 0 or the errno. */
+int st_win_map_own(const st_buf_desc_t *d, void **out, size_t *size);
+
 /* Copies `len` bytes between this process and byte `off` of a peer's buffer `d` through CMA:
  * into `local` when `to_peer` is false, out of it otherwise. Returns the errno on failure (ESRCH:
  * the owner has exited), 0 on success. */

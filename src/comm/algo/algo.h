@@ -74,6 +74,9 @@ extern const int st_nalgos;
  * Never NULL for a valid call. */
 const st_algo_t *st_algo_select(st_coll_args_t *a, size_t bytes, const strata_link_t *link);
 
+/* True when STRATA_COMM_ALGO names an algorithm for `coll`. */
+bool st_algo_forced(strata_coll_t coll);
+
 /* The price in seconds of `al` for the call (negative: it cannot be priced here), and the pipeline
  * it would run with. */
 double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,

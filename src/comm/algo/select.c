@@ -49,6 +49,12 @@ static void parse_forced(void)
     }
 }
 
+bool st_algo_forced(strata_coll_t coll)
+{
+    pthread_once(&forced_once, parse_forced);
+    return (unsigned)coll < STRATA_COLL_COUNT && forced_table[coll];
+}
+
 static const st_algo_t *forced(const st_coll_args_t *a)
 {
     pthread_once(&forced_once, parse_forced);

@@ -454,6 +454,15 @@ static strata_status_t shm_check_peer(st_ep_t *ep, st_transport_t *t, st_peer_t 
     return st_ep_peer_lost(ep, peer->rank, "exited while this rank was exchanging data with it");
 }
 
+static void shm_wake(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
+{
+    (void)ep;
+    (void)t;
+    shm_conn_t *c = peer->conn;
+    if (c && c->peer_bell)
+        ring_bell(c->peer_bell);
+}
+
 const st_transport_ops_t st_shm_ops = {
     .name = "shm",
     .open = shm_open_tp,
@@ -462,6 +471,7 @@ const st_transport_ops_t st_shm_ops = {
     .connect = shm_connect,
     .progress = shm_progress,
     .needs_poll = false,
+    .wake = shm_wake,
     .check_peer = shm_check_peer,
     .disconnect = shm_disconnect,
     .close = shm_close_tp,

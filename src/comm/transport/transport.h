@@ -30,6 +30,9 @@ struct st_transport_ops {
     int (*pollfds_global)(st_ep_t *ep, st_transport_t *t, struct pollfd *fds, int max);
     /* True when the transport needs poll() on sockets to sleep (else the shm doorbell suffices). */
     bool needs_poll;
+    /* Wakes the peer's process if it sleeps waiting (shm: rings its doorbell); NULL where a peer
+     * sleeping in poll() wakes on its own when data arrives. */
+    void (*wake)(st_ep_t *ep, st_transport_t *t, st_peer_t *peer);
     /* Checks liveness of the peer's process where the transport cannot see a close (shm). */
     strata_status_t (*check_peer)(st_ep_t *ep, st_transport_t *t, st_peer_t *peer);
     void (*disconnect)(st_ep_t *ep, st_transport_t *t, st_peer_t *peer);
