@@ -5,7 +5,7 @@
 #   bash bench/compare.sh [--strata PATH] [--sizes 8,64K,1M,16M,64M,256M] [--iters 20] [--warmup 5]
 #                         [--colls allreduce,allgather,reduce_scatter,bcast] [--transports shm,tcp]
 #                         [--peers openmpi,mpich,gloo] [--repeat N] [--malloc-default] [--out DIR]
-#                         [--timeout SECONDS]
+#                         [--timeout SECONDS] [--bind core|none]
 #
 # How to read it
 # - One table per transport and collective. Each row is one SIZE in bytes, meaning the collective's
@@ -35,10 +35,16 @@
 #   plus UCX_TLS=tcp,self UCX_NET_DEVICES=lo, because NOLOCAL alone hands the traffic to UCX, which
 #   then still picks sysv/cma shared memory (check: UCX_LOG_LEVEL=info prints ep_cfg[..]: tag(tcp/lo)).
 #   Gloo only has TCP: it is run once and its numbers appear in both tables, labelled gloo(tcp).
-# - Placement: no binding for anybody (strata launch does not bind, Open MPI gets --bind-to none,
-#   MPICH -bind-to none, Gloo is spawned by torch.multiprocessing). Binding changes results, so one
-#   policy for all. Open MPI gets --oversubscribe only so that it starts where it counts fewer than 2
-#   slots.
+# - Placement: one binding policy for all, --bind (default core: each rank on a core of its own, what
+#   strata launch and Open MPI do by default): strata launch --bind-to, Open MPI --bind-to, MPICH
+#   -bind-to. Gloo is spawned by torch.multiprocessing, which does not bind. Open MPI gets
+#   --oversubscribe only so that it starts where it counts fewer than 2 slots.
+# - Memory bandwidth: with allreduce over shm, bench/membw.c (strata_membw, built beside strata)
+#   measures what 2 threads streaming a[i] += b[i] move per second at each size from 1 MiB, and a
+#   table sets strata's allreduce time against the floor that rate gives: a 2-rank allreduce of S
+#   bytes reads both inputs and writes both outputs, 4 S bytes.
+# - Targets: the last table lists issue 18's targets with the figure, the ratio and whether it is
+#   met (targets live here, in the benchmark, not in tests).
 # - Noise: MPI libraries busy-poll, so any other load on the machine (a build, a test run) costs them
 #   whole scheduler time slices and their numbers collapse by 10-1000x. Check the load average
 #   (printed at the start and the end) and use --repeat N on a shared machine: every program then
@@ -69,6 +75,7 @@ OUT=
 STRATA=${STRATA_BIN:-}
 TIMEOUT=900
 REPEAT=1
+BIND=core
 MALLOC_TUNING=1
 PY=/usr/bin/python3
 
@@ -86,6 +93,7 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
     --malloc-default) MALLOC_TUNING=0; shift ;;
+    --bind) BIND=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -140,14 +148,14 @@ run() {
 # ---- build the peers ----------------------------------------------------------------------------
 
 ompi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
-ompi_run=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 2)
+ompi_run=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$BIND" -np 2)
 if [ "$MALLOC_TUNING" = 1 ]; then
     # Inherited by every program below (mpirun.mpich forwards the whole environment, Open MPI is
     # told explicitly).
     export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
     ompi_run+=(-x MALLOC_MMAP_MAX_ -x MALLOC_TRIM_THRESHOLD_)
 fi
-mpich_run=(mpirun.mpich -bind-to none -np 2)
+mpich_run=(mpirun.mpich -bind-to "$BIND" -np 2)
 peer_args=(--sizes "$SIZES" -n "$ITERS" -w "$WARMUP" -c 1 --json)
 
 build_mpi() { # build_mpi NAME COMPILER LAUNCHER
@@ -197,11 +205,11 @@ for rep in $(seq "$REPEAT"); do
             for c in ${COLLS//,/ }; do
                 # -a 3: the maximum over ranks, as the peers report (strata's default is
                 # nccl-tests' average).
-                run "strata-$tr" "strata-$tr-$c$r" "$STRATA" launch -n 2 "${flag[@]}" -- \
-                    "$STRATA" bench "$c" -a 3 "${peer_args[@]}"
+                run "strata-$tr" "strata-$tr-$c$r" "$STRATA" launch -n 2 --bind-to "$BIND" \
+                    "${flag[@]}" -- "$STRATA" bench "$c" -a 3 "${peer_args[@]}"
                 # The same over strata_mem_alloc buffers, which peers on the host reach directly.
                 [ $tr = shm ] && run "strata_mem-$tr" "strata_mem-$tr-$c$r" "$STRATA" launch -n 2 \
-                    -- "$STRATA" bench "$c" -R 1 -a 3 "${peer_args[@]}"
+                    --bind-to "$BIND" -- "$STRATA" bench "$c" -R 1 -a 3 "${peer_args[@]}"
             done
         fi
         if [ $have_openmpi = 1 ]; then
@@ -221,6 +229,20 @@ for rep in $(seq "$REPEAT"); do
     done
     if [ $have_gloo = 1 ]; then
         run "gloo-tcp" "gloo-tcp$r" "$PY" "$here/peer_gloo.py" --nranks 2 -C "$COLLS" "${peer_args[@]}"
+    fi
+    # The memory-bandwidth floor, in the same rounds as the runs it bounds.
+    membw="$(dirname "$STRATA")/bench/strata_membw"
+    big=$("$PY" -c 'import sys
+def sz(t):
+    m = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(t[-1:].lower(), 1)
+    return int(t[:-1] if m > 1 else t) * m
+print(",".join(t for t in sys.argv[1].split(",") if sz(t) >= 1 << 20))' "$SIZES")
+    if has_transport shm && [[ ",$COLLS," == *",allreduce,"* ]] && [ -n "$big" ]; then
+        if [ -x "$membw" ]; then
+            run membw "membw$r" "$membw" "$big" 10
+        else
+            missing membw "no $membw (build the bench targets)"
+        fi
     fi
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -364,6 +386,85 @@ for tr, mine in [(t, m) for t in transports for m in ("strata", "strata_mem")
             rows.append(row)
             print(line)
         summary["tables"].setdefault(tr if mine == "strata" else tr + "_mem", {})[coll] = rows
+
+# ---- against the memory bandwidth, and the targets ----
+membw = {}
+try:
+    with open(os.path.join(out, "raw", "membw.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r["size"] not in membw or r["floor_us"] < membw[r["size"]]["floor_us"]:
+                membw[r["size"]] = r
+except (FileNotFoundError, ValueError):
+    pass
+def strata_time(impl, tr, coll, s):
+    r = load(run_name(impl, tr)).get((coll, s))
+    return r["time_us"] if r and r.get("time_us") else None
+if membw:
+    print()
+    print("== allreduce over shm against this machine's memory bandwidth: floor = 4 x size at the rate"
+          " of 2 threads streaming a += b (best run)")
+    print("%12s %12s %12s %14s %7s %14s %7s" % ("size(B)", "stream GB/s", "floor us", "strata(mem) us",
+                                                "/floor", "strata us", "/floor"))
+    rows = []
+    for s in sorted(membw):
+        m = membw[s]
+        tm, tp = strata_time("strata_mem", "shm", "allreduce", s), strata_time("strata", "shm", "allreduce", s)
+        rows.append({"size_bytes": s, "stream_GBps": m["stream_GBps"], "floor_us": m["floor_us"],
+                     "strata_mem_us": tm, "strata_us": tp})
+        print("%12d %12.2f %12.1f %14s %7s %14s %7s" % (
+            s, m["stream_GBps"], m["floor_us"], "%.1f" % tm if tm else "-",
+            "%.2f" % (tm / m["floor_us"]) if tm else "-", "%.1f" % tp if tp else "-",
+            "%.2f" % (tp / m["floor_us"]) if tp else "-"))
+    summary["membw"] = rows
+
+def cell(tr, coll, s, impl):
+    r = load(run_name(impl, tr)).get((coll, s))
+    return r if r and not r.get("unsupported") and r.get("time_us") else None
+targets = []
+def target(what, value, goal, met):
+    targets.append({"target": what, "value": value, "goal": goal, "met": met})
+def bw_ratio(tr, impl, s, peers):
+    st = cell(tr, "allreduce", s, impl)
+    best = [cell(tr, "allreduce", s, p) for p in peers]
+    best = [b for b in best if b]
+    if not st or not best:
+        return None
+    return min(b["time_us"] for b in best) / st["time_us"]
+if "allreduce" in colls:
+    for s in (64 << 20, 256 << 20):
+        if "shm" in transports:
+            x = bw_ratio("shm", "strata", s, ("openmpi", "mpich"))
+            if x is not None:
+                target("shm allreduce %d MiB, malloc buffers: x the better MPI" % (s >> 20),
+                       "%.2f" % x, ">= 2", x >= 2)
+            m, t = membw.get(s), cell("shm", "allreduce", s, "strata_mem")
+            if m and t:
+                q = t["time_us"] / m["floor_us"]
+                target("shm allreduce %d MiB, strata_mem_alloc buffers: time / bandwidth floor"
+                       % (s >> 20), "%.2f" % q, "<= 1.3", q <= 1.3)
+        if "tcp" in transports:
+            x = bw_ratio("tcp", "strata", s, ("openmpi",))
+            if x is not None:
+                target("tcp allreduce %d MiB: x Open MPI over TCP" % (s >> 20), "%.2f" % x, ">= 1.3",
+                       x >= 1.3)
+    if "shm" in transports:
+        for s in sorted({k[1] for k in load(run_name("strata", "shm")) if k[0] == "allreduce"}):
+            if s > 64 << 10:
+                continue
+            st, om = cell("shm", "allreduce", s, "strata"), cell("shm", "allreduce", s, "openmpi")
+            if st and om:
+                q = st["time_us"] / om["time_us"]
+                goal = 1.0 if s <= 8 else 1.5
+                target("shm allreduce %d B: time / Open MPI's" % s, "%.2f" % q, "<= %.1f" % goal,
+                       q <= goal)
+if targets:
+    print()
+    print("== issue 18's targets, 2 ranks, this run")
+    for t in targets:
+        print("   %-70s %7s  goal %-6s %s" % (t["target"], t["value"], t["goal"],
+                                            "met" if t["met"] else "NOT MET"))
+    summary["targets"] = targets
 
 path = os.path.join(out, "summary.json")
 with open(path, "w") as f:
