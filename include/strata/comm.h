@@ -356,8 +356,9 @@ STRATA_API void strata_store_server_close(strata_store_server_t *srv);
 STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
 
 /* Name of the algorithm the communicator would pick for `bytes` of this collective (the price,
- * strata/price.h, plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem` is true, from
- * anywhere else otherwise. Static storage. */
+ * strata/price.h, plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem`
+ * is true, from anywhere else otherwise; "mailbox" for a blocking allreduce small enough for the
+ * mailboxes (docs/comm.md). Static storage. */
 STRATA_API const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll,
                                             size_t bytes, bool mem);
 

@@ -609,6 +609,8 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
         return "none";
     if (comm->nranks == 1)
         return "self";
+    if (coll == STRATA_COLL_ALLREDUCE && st_mailbox_serves(comm, bytes))
+        return "mailbox";
     st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_U8, STRATA_OP_SUM);
     a.uniform = true;
     a.count = bytes;
