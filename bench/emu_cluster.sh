@@ -22,6 +22,8 @@
 #   --keep-file F      copy the generated cluster file to F
 #   --path-only        give the ranks only STRATA_TOPO_PATH, not the cluster file (the links are
 #                      then unknown to them, as under a launcher; the file is still written)
+#   --torus DIMS       hosts wired as a torus instead (3x3, 2x3, 2x2x2): a shaped veth to each
+#                      neighbour at --host-mbit, routes along dimension order (bench/emu_torus.sh)
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
 # EMU_DIR, a scratch folder, where the cluster file is EMU_DIR/cluster.json). The script exits
@@ -40,7 +42,7 @@
 set -euo pipefail
 
 racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep="" rack_hosts=""
-path_only=0
+path_only=0 torus=""
 runs=() launch=""
 while (($#)); do
     case "$1" in
@@ -55,9 +57,10 @@ while (($#)); do
     --keep-file) keep=$2; shift 2 ;;
     --rack-hosts) rack_hosts=$2; shift 2 ;;
     --path-only) path_only=1; shift ;;
+    --torus) torus=$2; shift 2 ;;
     --run) runs+=("$2"); shift 2 ;;
     --launch) launch=$2; shift 2 ;;
-    -h | --help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -131,6 +134,9 @@ bridge() { # bridge NAME
     ip netns exec "$FAB" ip link set "$1" up
 }
 
+if [ -n "$torus" ]; then # the hosts as a torus, not racks of bridges
+    . "$(dirname "$0")/emu_torus.sh"
+else
 if ! ip netns add "$FAB" 2>/dev/null; then
     echo "emu_cluster: cannot create network namespaces here" >&2
     exit 77
@@ -217,6 +223,7 @@ for ((r = 0; r < nranks; r++)); do # the map emu_enter.sh and fault injectors re
     h=$(host_of_rank "$r")
     echo "$r ${P}h$h $(host_addr "$h") $(host_path "$h") $FAB ${P}h$h"
 done >"$EMU_DIR/ranks"
+fi # the tree
 
 if [ -n "$launch" ]; then
     # The launcher runs here, its ranks in the hosts (emu_enter.sh): signals go to it, so it can

@@ -76,6 +76,8 @@ typedef enum strata_algo {
     STRATA_ALGO_RING_TREE,          /* ring in tree order: every unit of the fabric contiguous */
     STRATA_ALGO_HIER,               /* hierarchical: reduce-scatter inside each level, recurse across
                                        the next on the shards, allgather back; pipelined */
+    STRATA_ALGO_TORUS,              /* multi-dimensional ring on a torus: reduce-scatter along each
+                                       dimension in turn on shrinking shards, allgather back */
     STRATA_ALGO_COUNT
 } strata_algo_t;
 

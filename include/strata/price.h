@@ -35,6 +35,13 @@
  *   scatter_allgather, reduce_scatter_gather, pairwise, linear, dissemination: their flat formulas
  *                     with the top level's latency and all-members rate (ring parts on the ring)
  *   direct            one host only (top level 0): (n-1+log2 n) latencies, one copy per byte
+ *   torus             allreduce on members that fill a torus (topo.h): per dimension of size D,
+ *                     in order, a ring reduce-scatter of D-1 steps on the shard left by the
+ *                     dimensions before (1 / their product), then the allgathers in reverse;
+ *                     each step moves shard / D at the level's all-members rate, half each way
+ *                     round (both at that rate) on a torus dimension of 3 or more. The flat
+ *                     rings on a torus are priced as on a switch: a hop between cells that are
+ *                     not neighbours is routed over several links but priced as one
  * On a group with one link (strata_price_shape_flat) every line is the textbook alpha-beta-gamma
  * cost (Thakur, Rabenseifner & Gropp 2005). tests/unit/test_price.c checks hand-computed lines and
  * keeps ring, ring_tree, hier and halving_doubling near the flow-level simulation of their transfer
@@ -86,6 +93,15 @@ typedef struct strata_price_ring {
 
 #define STRATA_PRICE_MAX_STEPS 31
 
+/* One dimension of the multi-dimensional ring on a torus. */
+typedef struct strata_price_torus_dim {
+    int size;  /* members along it */
+    int level; /* the level its rings meet at: the torus level, or below it for the ranks of one
+                  child (which share one link, so going both ways round gains nothing there) */
+    bool both_ways; /* a torus dimension of 3 or more: each member has a link to either neighbour
+                       and half the data goes each way round, both at the level's rate */
+} strata_price_torus_dim_t;
+
 typedef struct strata_price_shape {
     int n;                /* members */
     int nlevels;          /* levels of the tree */
@@ -101,6 +117,9 @@ typedef struct strata_price_shape {
     int xor_level[STRATA_PRICE_MAX_STEPS]; /* [k]: the outermost level at which members r and
                                               r ^ 2^k (both < p) meet */
     int fold_level;           /* the same for members p + i and i (i < n - p); -1 when n = p */
+    int torus_ndims;          /* dimensions of the multi-dimensional ring when the members fill a
+                                 torus (strata_fabric_torus), innermost first; 0 when they do not */
+    strata_price_torus_dim_t torus_dim[STRATA_TORUS_MAX_DIMS + 1];
 } strata_price_shape_t;
 
 /* The shape of the ranks of fabric `f` (all of them, in rank order), for ranks whose collectives

@@ -13,6 +13,12 @@
  * TCP): the network cost model applies a calibrated efficiency per class efficiency   fraction of
  * bw_Bps that collectives reach on this level; 0 = the class default
  *
+ * A level may instead join its children as a TORUS (2D or 3D, e.g. 4x4 or 2x2x2): each child has
+ * a link of its own to each neighbour in every dimension (one link per dimension of size 2), and
+ * `torus` gives the dimensions, whose product is the fanout. bw_Bps is then per accelerator and
+ * direction on each torus link, so a dimension's ring gets it both ways round; oversub does not
+ * apply. Child i sits at the coordinates of i in the dimensions, the first varying fastest.
+ *
  * Accelerators are numbered by packing the tree innermost first: accelerator r sits in host
  * r / 8, rack r / 16 and so on. strata_topo_t is a plain value (no allocation, copy freely); it is
  * built by presets, read from a JSON cluster file, or assembled level by level. Later parts (Slurm
@@ -35,6 +41,7 @@ extern "C" {
 
 #define STRATA_TOPO_MAX_LEVELS 8
 #define STRATA_TOPO_NAME_MAX   48
+#define STRATA_TORUS_MAX_DIMS  3
 
 typedef enum strata_link_class {
     STRATA_LINK_SCALE_UP = 0,  /* NVLink / NVSwitch, Infinity Fabric, shared memory */
@@ -50,6 +57,9 @@ typedef struct strata_topo_level {
     double oversub;                  /* >= 1 */
     strata_link_class_t link_class;
     double efficiency; /* (0, 1], or 0 for the calibrated class default */
+    int torus[STRATA_TORUS_MAX_DIMS]; /* the children as a torus of these sizes (each >= 2,
+                                         product = fanout), unused dimensions 0; all 0: the
+                                         children meet in a switch, as in a tree */
 } strata_topo_level_t;
 
 typedef struct strata_topo {
@@ -63,7 +73,8 @@ typedef struct strata_topo {
 STRATA_API void strata_topo_init(strata_topo_t *topo, const char *name);
 
 /* Appends a level above the current outermost one. Errors: STRATA_ERR_INVALID_ARG when the level is
- * malformed (fanout < 1, bandwidth <= 0, oversub < 1, efficiency outside [0, 1]) or the tree
+ * malformed (fanout < 1, bandwidth <= 0, oversub < 1, efficiency outside [0, 1], torus dimensions
+ * below 2 or whose product is not the fanout), when it is a second torus level, or when the tree
  * already has STRATA_TOPO_MAX_LEVELS levels; the message names the level and the field. */
 STRATA_API strata_status_t strata_topo_add_level(strata_topo_t *topo,
                                                  const strata_topo_level_t *lvl);
@@ -86,6 +97,18 @@ STRATA_API strata_status_t strata_topo_rank_path(const strata_topo_t *topo, long
 
 /* The lowest level whose unit holds both ranks (0 when a == b). */
 STRATA_API int strata_topo_common_level(const strata_topo_t *topo, long long a, long long b);
+
+/* The torus dimensions of level `lvl` (0 when it is not a torus). */
+STRATA_API int strata_topo_torus_ndims(const strata_topo_level_t *lvl);
+
+/* Parses torus dimensions written "4x4" or "2x2x2" (1 to STRATA_TORUS_MAX_DIMS sizes, each 2 to
+ * 65536) into dims (unused ones 0). Errors: STRATA_ERR_INVALID_ARG "expected ..." quoting text. */
+STRATA_API strata_status_t strata_topo_torus_parse(const char *text,
+                                                   int dims[STRATA_TORUS_MAX_DIMS]);
+
+/* Writes dims as "4x4" into buf. */
+STRATA_API void strata_topo_torus_format(const int dims[STRATA_TORUS_MAX_DIMS], char *buf,
+                                         size_t cap);
 
 /* Index of the level named `name`, or -1. */
 STRATA_API int strata_topo_find_level(const strata_topo_t *topo, const char *name);
@@ -243,7 +266,9 @@ STRATA_API strata_status_t strata_fabric_from_paths(const strata_topo_t *topo, i
 
 /* Places ranks given each one's unit key per level (keys[r * stride + l], l < stride; equal keys
  * at a level mean the same unit; levels at or beyond `stride`, and the outermost, are shared).
- * Used by the communicator, which exchanges the keys of strata_topo_path_keys. */
+ * Used by the communicator, which exchanges the keys of strata_topo_path_keys. Errors (this and
+ * strata_fabric_from_paths): STRATA_ERR_INVALID_ARG when the ranks sit in more children of a
+ * torus unit than the torus has cells, naming the level, its dimensions and the count. */
 STRATA_API strata_status_t strata_fabric_from_keys(const strata_topo_t *topo, int nranks,
                                                    const uint64_t *keys, int stride,
                                                    strata_fabric_t *out);
@@ -276,6 +301,24 @@ STRATA_API int strata_fabric_unit_size(const strata_fabric_t *f, int level, int 
  * rank, ranks ascending inside a host. A ring in this order crosses each uplink the minimum number
  * of times (twice: once out, once back in). */
 STRATA_API void strata_fabric_tree_order(const strata_fabric_t *f, int *order);
+
+/* The grid of the multi-dimensional ring on a fabric whose ranks fill one torus: every rank in one
+ * unit of the torus level, every child (cell) of that unit holding ranks, and each the same
+ * number m of them. A child's cell is its unit id (children are numbered in order of their first
+ * rank, so ranks numbered host by host in torus order put host i in cell i). When m > 1 the ranks
+ * of a child form an inner dimension of size m that meets below the torus. */
+typedef struct strata_torus_grid {
+    int level;  /* the torus level */
+    int ndims;  /* dimensions of the grid, innermost first */
+    int dims[STRATA_TORUS_MAX_DIMS + 1]; /* [0] = m when inner, then the torus's */
+    bool inner; /* dims[0] counts the ranks of one child */
+} strata_torus_grid_t;
+
+/* True when the ranks of `f` fill one torus (above); *out describes its grid and, when `cell` is
+ * not NULL, cell[r] = rank r's index in the grid (its coordinates as digits, dims[0] fastest; an
+ * inner digit is the rank's place among its child's ranks in rank order). False (and *out zeroed)
+ * for a fabric with no torus level, a part of a torus (a split), or ranks spread unevenly. */
+STRATA_API bool strata_fabric_torus(const strata_fabric_t *f, strata_torus_grid_t *out, int *cell);
 
 /* Writes "host 4 units (sizes 2..2), rack 2 units, spine 1 unit" style summary. */
 STRATA_API void strata_fabric_describe(const strata_fabric_t *f, FILE *out);

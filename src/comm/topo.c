@@ -82,6 +82,7 @@ static void memo_reset(st_topo_t *t)
     t->multi = false;
     for (int l = 0; l < t->fabric.topo.nlevels; l++)
         t->multi |= t->fabric.nunits[l] > 1 && t->fabric.nunits[l] < t->fabric.nranks;
+    strata_fabric_torus(&t->fabric, &t->torus, NULL);
 }
 
 strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
@@ -122,8 +123,9 @@ strata_status_t st_comm_topo_create(strata_comm_t *c, const st_place_t *place)
     for (int r = 0; rc == STRATA_OK && r < n; r++)
         for (int l = 0; l < KEYS; l++)
             keys[(size_t)r * KEYS + (size_t)l] = (uint64_t)all[r * REC + 1 + l];
-    if (rc == STRATA_OK)
-        rc = strata_fabric_from_keys(&levels, n, keys, KEYS, &t->fabric);
+    if (rc == STRATA_OK && (rc = strata_fabric_from_keys(&levels, n, keys, KEYS, &t->fabric)) < 0 &&
+        have_levels)
+        rc = st_error(rc, "%s: %s", st_knob_str("STRATA_TOPO_FILE"), strata_last_error());
     free(all);
     free(keys);
     // The links are measured before anything is priced on them; every rank decides alike from

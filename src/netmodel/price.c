@@ -118,6 +118,22 @@ static void hier(acc_t *c, const strata_price_shape_t *s, bool rs, bool ag, int 
     }
 }
 
+/* The multi-dimensional ring allreduce on a torus (price.h): per dimension, in order, a ring
+ * reduce-scatter on the shard the dimensions before left, then the allgathers back; a dimension
+ * whose members have a link to either neighbour sends half of each step each way at once. */
+static void torus(acc_t *c, const strata_price_shape_t *s)
+{
+    double shard = 1;
+    for (int d = 0; d < s->torus_ndims; d++) {
+        const strata_price_torus_dim_t *t = &s->torus_dim[d];
+        const strata_price_level_t *p = &s->level[t->level];
+        const double D = t->size, ways = t->both_ways ? 2 : 1;
+        step(c, t->level, 2 * (D - 1), p->latency_s, shard / D / ways, p->all_Bps);
+        reduce(c, s, t->level, shard * (D - 1) / D);
+        shard /= D;
+    }
+}
+
 bool strata_price_serves(strata_coll_t coll, strata_algo_t algo)
 {
     static const unsigned served[STRATA_COLL_COUNT] = {
@@ -126,7 +142,7 @@ bool strata_price_serves(strata_coll_t coll, strata_algo_t algo)
             STRATA_PRICE_OFFER(STRATA_ALGO_RECURSIVE_DOUBLING) |
             STRATA_PRICE_OFFER(STRATA_ALGO_HALVING_DOUBLING) |
             STRATA_PRICE_OFFER(STRATA_ALGO_DIRECT) | STRATA_PRICE_OFFER(STRATA_ALGO_RING_TREE) |
-            STRATA_PRICE_OFFER(STRATA_ALGO_HIER),
+            STRATA_PRICE_OFFER(STRATA_ALGO_HIER) | STRATA_PRICE_OFFER(STRATA_ALGO_TORUS),
         [STRATA_COLL_REDUCE] = STRATA_PRICE_OFFER(STRATA_ALGO_BINOMIAL) |
                                STRATA_PRICE_OFFER(STRATA_ALGO_REDUCE_SCATTER_GATHER),
         [STRATA_COLL_BCAST] = STRATA_PRICE_OFFER(STRATA_ALGO_BINOMIAL) |
@@ -173,6 +189,11 @@ static bool account(const strata_price_shape_t *s, strata_coll_t coll, strata_al
         if (s->ncrossed < 2)
             return false;
         hier(c, s, ar || rs, !rs, segs);
+        return true;
+    case STRATA_ALGO_TORUS:
+        if (s->torus_ndims == 0)
+            return false;
+        torus(c, s);
         return true;
     case STRATA_ALGO_RECURSIVE_DOUBLING:
         if (coll == STRATA_COLL_ALLGATHER) { // Bruck: shifts of 2^k blocks, then a local rotation
@@ -402,7 +423,7 @@ typedef struct memo_key {
     int nlevels, ndims;
     struct {
         double bw, lat, oversub, eff;
-        int fanout, cls;
+        int fanout, cls, torus[STRATA_TORUS_MAX_DIMS];
     } lv[STRATA_TOPO_MAX_LEVELS];
     double eff[STRATA_LINK_CLASS_COUNT], gamma;
     struct {
@@ -459,6 +480,7 @@ static void key_of(const strata_topo_t *topo, const strata_group_t *g, const str
         k->lv[l].eff = lv->efficiency;
         k->lv[l].fanout = lv->fanout;
         k->lv[l].cls = (int)lv->link_class;
+        memcpy(k->lv[l].torus, lv->torus, sizeof lv->torus);
     }
     if (eff) {
         for (int c = 0; c < STRATA_LINK_CLASS_COUNT; c++)

@@ -102,6 +102,26 @@ static void ring_step(scan_t *sc, const strata_price_shape_t *s, const int *orde
     }
 }
 
+/* The multi-dimensional ring's dimensions when the members fill a torus. The ranks of one child
+ * meet at the outermost level below the torus that the group crosses. */
+static void shape_torus(const strata_fabric_t *f, strata_price_shape_t *s)
+{
+    strata_torus_grid_t g;
+    if (!strata_fabric_torus(f, &g, NULL))
+        return;
+    int inner = 0;
+    for (int l = 0; l < g.level; l++)
+        if (s->level[l].units_max >= 2)
+            inner = l;
+    for (int d = 0; d < g.ndims; d++) {
+        bool in_child = g.inner && d == 0;
+        s->torus_dim[d] = (strata_price_torus_dim_t){
+            .size = g.dims[d], .level = in_child ? inner : g.level,
+            .both_ways = !in_child && g.dims[d] >= 3};
+    }
+    s->torus_ndims = g.ndims;
+}
+
 /* True when rank order is tree order: at every level unit ids never decrease along the ranks
  * (strata_fabric_tree_order would return the identity). */
 static bool rank_order_is_tree_order(const strata_fabric_t *f)
@@ -207,6 +227,7 @@ strata_status_t strata_price_shape_fabric(const strata_fabric_t *f, const strata
     for (int i = 0; i + p2 < n && out->fold_level < out->top; i++)
         out->fold_level = ST_MAX(out->fold_level, meet(f, i, p2 + i));
     free(sc.cnt);
+    shape_torus(f, out);
     return STRATA_OK;
 }
 

@@ -62,14 +62,101 @@ static strata_status_t densify(strata_fabric_t *f, const uint64_t *keys, int str
     return STRATA_OK;
 }
 
+/* The children of unit u of level l that hold ranks: ranks themselves at level 0, else units of
+ * level l - 1. */
+static int children_of(const strata_fabric_t *f, int l, int u)
+{
+    int k = 0;
+    if (l == 0) {
+        for (int r = 0; r < f->nranks; r++)
+            k += strata_fabric_unit(f, 0, r) == u;
+        return k;
+    }
+    int last = -1; // child ids are dense in order of first appearance: count the distinct ones
+    for (int r = 0; r < f->nranks; r++)
+        if (strata_fabric_unit(f, l, r) == u && strata_fabric_unit(f, l - 1, r) > last) {
+            last = strata_fabric_unit(f, l - 1, r);
+            k++;
+        }
+    return k;
+}
+
+/* A torus unit has one cell per child: more children than cells cannot be placed. */
+static strata_status_t check_tori(const strata_fabric_t *f)
+{
+    for (int l = 0; l < f->topo.nlevels; l++) {
+        const strata_topo_level_t *lv = &f->topo.level[l];
+        int nd = strata_topo_torus_ndims(lv), cells = 1;
+        for (int d = 0; d < nd; d++)
+            cells *= lv->torus[d];
+        for (int u = 0; nd && u < f->nunits[l]; u++) {
+            int k = children_of(f, l, u);
+            if (k > cells) {
+                char dims[64];
+                strata_topo_torus_format(lv->torus, dims, sizeof dims);
+                return st_error(STRATA_ERR_INVALID_ARG,
+                                "fabric: level %d (%s) is a %s torus of %d cells (one %s each), "
+                                "but the ranks sit in %d %ss of it",
+                                l, lv->name, dims, cells,
+                                l ? f->topo.level[l - 1].name : "accelerator", k,
+                                l ? f->topo.level[l - 1].name : "accelerator");
+            }
+        }
+    }
+    return STRATA_OK;
+}
+
 strata_status_t strata_fabric_from_keys(const strata_topo_t *topo, int nranks, const uint64_t *keys,
                                         int stride, strata_fabric_t *out)
 {
     ST_TRY(fabric_alloc(topo, nranks, out));
     strata_status_t rc = densify(out, keys, stride);
+    if (rc == STRATA_OK)
+        rc = check_tori(out);
     if (rc < 0)
         strata_fabric_free(out);
     return rc;
+}
+
+bool strata_fabric_torus(const strata_fabric_t *f, strata_torus_grid_t *out, int *cell)
+{
+    memset(out, 0, sizeof *out);
+    const int n = f->nranks;
+    int T = -1;
+    for (int l = 0; l < f->topo.nlevels && T < 0; l++)
+        if (strata_topo_torus_ndims(&f->topo.level[l]))
+            T = l;
+    if (T < 0 || f->nunits[T] != 1)
+        return false;
+    const strata_topo_level_t *lv = &f->topo.level[T];
+    const int nd = strata_topo_torus_ndims(lv);
+    int cells = 1;
+    for (int d = 0; d < nd; d++)
+        cells *= lv->torus[d];
+    const int nchild = T == 0 ? n : f->nunits[T - 1];
+    if (nchild != cells || n % cells)
+        return false;
+    const int m = n / cells;
+    int *seen = calloc((size_t)cells, sizeof *seen);
+    if (!seen)
+        return false; // the caller then runs something else
+    bool even = true;
+    for (int r = 0; r < n && even; r++) {
+        int c = T == 0 ? r : strata_fabric_unit(f, T - 1, r), k = seen[c]++;
+        even = k < m;
+        if (cell)
+            cell[r] = k + m * c;
+    }
+    free(seen);
+    if (!even)
+        return false;
+    out->level = T;
+    out->inner = m > 1;
+    if (out->inner)
+        out->dims[out->ndims++] = m;
+    for (int d = 0; d < nd; d++)
+        out->dims[out->ndims++] = lv->torus[d];
+    return true;
 }
 
 static uint64_t fnv1a(const char *s, size_t len)

@@ -8,6 +8,7 @@
 #include "base/base.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,85 @@ void strata_topo_init(strata_topo_t *topo, const char *name)
 {
     memset(topo, 0, sizeof *topo);
     snprintf(topo->name, sizeof topo->name, "%s", name ? name : "");
+}
+
+/* A torus level: 1 to 3 dimensions of at least 2, no gaps, product = fanout, and the only one. */
+static strata_status_t check_torus(const strata_topo_t *topo, int i, const strata_topo_level_t *l)
+{
+    const char *n = l->name[0] ? l->name : "(unnamed)";
+    int nd = strata_topo_torus_ndims(l);
+    if (nd == 0)
+        return STRATA_OK;
+    long long cells = 1;
+    for (int d = 0; d < STRATA_TORUS_MAX_DIMS; d++) {
+        if ((d < nd && (l->torus[d] < 2 || l->torus[d] > 65536)) || (d >= nd && l->torus[d]))
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "topo %s: level %d (%s): expected torus dimensions of 2 to 65536, "
+                            "got %d in dimension %d",
+                            topo->name, i, n, l->torus[d], d);
+        cells *= d < nd ? l->torus[d] : 1;
+    }
+    char dims[64];
+    strata_topo_torus_format(l->torus, dims, sizeof dims);
+    if (cells != l->fanout)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "topo %s: level %d (%s): a %s torus has %lld children, but fanout is %d",
+                        topo->name, i, n, dims, cells, l->fanout);
+    for (int k = 0; k < i; k++)
+        if (strata_topo_torus_ndims(&topo->level[k]))
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "topo %s: level %d (%s): expected at most one torus level, level %d "
+                            "(%s) is one already",
+                            topo->name, i, n, k, topo->level[k].name);
+    return STRATA_OK;
+}
+
+int strata_topo_torus_ndims(const strata_topo_level_t *lvl)
+{
+    int nd = 0;
+    while (nd < STRATA_TORUS_MAX_DIMS && lvl->torus[nd] != 0)
+        nd++;
+    return nd;
+}
+
+strata_status_t strata_topo_torus_parse(const char *text, int dims[STRATA_TORUS_MAX_DIMS])
+{
+    memset(dims, 0, STRATA_TORUS_MAX_DIMS * sizeof *dims);
+    const char *p = text ? text : "";
+    int nd = 0;
+    bool ok = *p != '\0';
+    while (ok && *p) {
+        char *end;
+        long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : 0;
+        ok = v >= 2 && v <= 65536 && nd < STRATA_TORUS_MAX_DIMS;
+        if (!ok)
+            break;
+        dims[nd++] = (int)v;
+        p = end;
+        if (*p == 'x' && p[1])
+            p++;
+        else
+            ok = *p == '\0';
+    }
+    if (!ok) {
+        memset(dims, 0, STRATA_TORUS_MAX_DIMS * sizeof *dims);
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "expected torus dimensions like \"4x4\" or \"2x2x2\" (1 to %d sizes, each "
+                        "2 to 65536), got \"%s\"",
+                        STRATA_TORUS_MAX_DIMS, text ? text : "");
+    }
+    return STRATA_OK;
+}
+
+void strata_topo_torus_format(const int dims[STRATA_TORUS_MAX_DIMS], char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int d = 0; d < STRATA_TORUS_MAX_DIMS && dims[d] && at < cap; d++) {
+        int w = snprintf(buf + at, cap - at, "%s%d", d ? "x" : "", dims[d]);
+        at += w > 0 ? (size_t)w : 0;
+    }
 }
 
 static strata_status_t check_level(const strata_topo_t *topo, int i, const strata_topo_level_t *l)
@@ -49,7 +129,7 @@ static strata_status_t check_level(const strata_topo_t *topo, int i, const strat
                         "topo %s: level %d (%s): expected link class "
                         "scale-up or scale-out",
                         topo->name, i, n);
-    return STRATA_OK;
+    return check_torus(topo, i, l);
 }
 
 strata_status_t strata_topo_add_level(strata_topo_t *topo, const strata_topo_level_t *lvl)
@@ -267,8 +347,13 @@ void strata_topo_describe(const strata_topo_t *topo, FILE *f)
             "lat(us)", "oversub", "class");
     for (int i = 0; i < topo->nlevels; i++) {
         const strata_topo_level_t *l = &topo->level[i];
-        fprintf(f, "  %-10s %7d %10lld %10.4g %9.1f %8.2f %-9s\n", l->name, l->fanout,
+        char torus[64] = "";
+        if (strata_topo_torus_ndims(l)) {
+            memcpy(torus, " torus ", 8);
+            strata_topo_torus_format(l->torus, torus + 7, sizeof torus - 7);
+        }
+        fprintf(f, "  %-10s %7d %10lld %10.4g %9.1f %8.2f %-9s%s\n", l->name, l->fanout,
                 strata_topo_domain_size(topo, i + 1), l->bw_Bps / 1e9, l->latency_s * 1e6,
-                l->oversub, strata_link_class_name(l->link_class));
+                l->oversub, strata_link_class_name(l->link_class), torus);
     }
 }

@@ -13,7 +13,8 @@ static strata_status_t from_doc(const st_json_doc_t *doc, strata_topo_t *out)
                                            "hosts", "comment",     NULL};
     static const char *const level_keys[] = {"name",       "fanout",           "bandwidth_GBps",
                                              "latency_us", "oversubscription", "class",
-                                             "efficiency", "comment",          NULL};
+                                             "efficiency", "torus",            "comment",
+                                             NULL};
     json_object *root = doc->root;
     ST_TRY(st_json_check_keys(doc, root, "cluster", top_keys));
     char name[STRATA_TOPO_NAME_MAX] = "cluster";
@@ -47,7 +48,23 @@ static strata_status_t from_doc(const st_json_doc_t *doc, strata_topo_t *out)
         char cls[32] = "";
         ST_TRY(st_json_get_string(doc, lo, "name", seen_name, true, lv.name, sizeof lv.name));
         seen_name++;
-        ST_TRY(st_json_get_int(doc, lo, "fanout", seen[0]++, true, 1, 1 << 30, &lv.fanout));
+        int torus_line = 0;
+        if (json_object_object_get_ex(lo, "torus", NULL)) {
+            char dims[64] = "";
+            torus_line = st_json_key_line(doc, "torus", seen[6]++);
+            ST_TRY(st_json_get_string(doc, lo, "torus", seen[6] - 1, false, dims, sizeof dims));
+            if (strata_topo_torus_parse(dims, lv.torus) < 0)
+                return st_error(STRATA_ERR_PARSE, "%s:%d: %s", doc->origin, torus_line,
+                                strata_last_error());
+        }
+        // A torus's fanout is its cells: it may be left out, and must agree when given.
+        if (torus_line && !json_object_object_get_ex(lo, "fanout", NULL)) {
+            lv.fanout = 1;
+            for (int d = 0; d < strata_topo_torus_ndims(&lv); d++)
+                lv.fanout *= lv.torus[d];
+        } else {
+            ST_TRY(st_json_get_int(doc, lo, "fanout", seen[0]++, true, 1, 1 << 30, &lv.fanout));
+        }
         ST_TRY(st_json_get_double(doc, lo, "bandwidth_GBps", seen[1]++, true, 1e-9, 1e9, &gbps));
         if (json_object_object_get_ex(lo, "latency_us", NULL))
             ST_TRY(st_json_get_double(doc, lo, "latency_us", seen[2]++, false, 0, 1e9, &lat_us));
@@ -74,7 +91,8 @@ static strata_status_t from_doc(const st_json_doc_t *doc, strata_topo_t *out)
         strata_status_t rc = strata_topo_add_level(out, &lv);
         if (rc < 0)
             return st_error(STRATA_ERR_PARSE, "%s:%d: %s", doc->origin,
-                            st_json_key_line(doc, "fanout", seen[0] - 1), strata_last_error());
+                            torus_line ? torus_line : st_json_key_line(doc, "fanout", seen[0] - 1),
+                            strata_last_error());
     }
     return STRATA_OK;
 }
@@ -188,6 +206,11 @@ void strata_topo_write_json(const strata_topo_t *topo, FILE *f)
                 strata_link_class_name(l->link_class));
         if (l->efficiency > 0)
             fprintf(f, ", \"efficiency\": %.6g", l->efficiency);
+        if (strata_topo_torus_ndims(l)) {
+            char dims[64];
+            strata_topo_torus_format(l->torus, dims, sizeof dims);
+            fprintf(f, ", \"torus\": \"%s\"", dims);
+        }
         fprintf(f, "}%s\n", i + 1 < topo->nlevels ? "," : "");
     }
     fprintf(f, "  ]\n}\n");

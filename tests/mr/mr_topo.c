@@ -2,7 +2,10 @@
  * sit in racks and hosts): ring in tree order and the hierarchical plans for allreduce,
  * reduce-scatter(v) and allgather(v), on regular and irregular trees of 2 and 3 levels, every
  * result against the serial reference. Also: a cluster file makes the cost model choose the
- * hierarchical plan for large messages, and splits keep their members' places. */
+ * hierarchical plan for large messages, and splits keep their members' places. Tori (2x2, 2x3,
+ * 2x2x2, 3x3, and 2x2 with two ranks per host) run the multi-dimensional ring for every dtype and
+ * op against the reference, the model picks it on a torus and not on a tree, splits of a torus
+ * (no torus any more) decline it, and a torus with too few cells for the job is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +193,181 @@ static void test_cost_model_choice(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* ---- tori ---------------------------------------------------------------------------------- */
+
+typedef struct torus_case {
+    const char *dims; /* "2x3" */
+    int hosts, per_host;
+} torus_case_t;
+
+/* A cluster file: `per_host` ranks in a host over shared memory, hosts joined as a torus. */
+static void torus_file(char *file, const char *dims, int per_host)
+{
+    int fd = mkstemp(file);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f,
+            "{\"name\": \"torus\", \"levels\": [\n"
+            " {\"name\": \"host\", \"fanout\": %d, \"bandwidth_GBps\": 8, \"latency_us\": 2},\n"
+            " {\"name\": \"torus\", \"torus\": \"%s\", \"bandwidth_GBps\": 0.05,"
+            " \"latency_us\": 30}]}\n",
+            per_host, dims);
+    fclose(f);
+}
+
+/* Host of rank r: round-robin over the hosts, so host i (cell i) gets ranks i, i + hosts, ... */
+static int torus_place(int rank, const torus_case_t *tc)
+{
+    char path[32];
+    snprintf(path, sizeof path, "h%d", rank % tc->hosts);
+    return setenv("STRATA_TOPO_PATH", path, 1);
+}
+
+static int torus_ranks(int rank, int n, void *arg)
+{
+    const torus_case_t *tc = arg;
+    if (torus_place(rank, tc))
+        return ST_RANK_FAIL("setenv");
+    strata_comm_t *c = st_test_comm();
+    if (!c)
+        return ST_RANK_FAIL("no communicator: %s", strata_last_error());
+    int bad = 0;
+    const char *used = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 1 << 20, false);
+    if (strcmp(used, "torus"))
+        bad = ST_RANK_FAIL("%s torus: allreduce runs %s, not the forced torus", tc->dims, used);
+    const size_t counts[] = {0, 1, 7, 1001, 70001}; // 70001: blocks of unequal size on any grid
+    uint64_t seed = 4000;
+    for (int dt = 0; dt < STRATA_DTYPE_COUNT && !bad; dt++)
+        for (int op = 0; op < STRATA_OP_COUNT && !bad; op++)
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0] && !bad; k++)
+                bad |= check_allreduce(c, rank, n, (strata_dtype_t)dt, (strata_op_t)op, counts[k],
+                                       seed++);
+    // Half of a torus is no torus: the algorithm declines and the split still gets it right.
+    strata_comm_t *half;
+    ST_RANK_CHECK_OK(strata_comm_split(c, rank % 2, rank, &half));
+    used = strata_comm_algo_for(half, STRATA_COLL_ALLREDUCE, 1 << 20, false);
+    if (!bad && strata_comm_size(half) > 1 && !strcmp(used, "torus"))
+        bad = ST_RANK_FAIL("a split of the %s torus runs torus", tc->dims);
+    if (!bad)
+        bad |= check_allreduce(half, strata_comm_rank(half), strata_comm_size(half),
+                               STRATA_DTYPE_F32, STRATA_OP_SUM, 4099, seed);
+    strata_comm_destroy(half);
+    strata_comm_destroy(c);
+    return bad;
+}
+
+static void run_torus(const torus_case_t *tc, const char *transport)
+{
+    char file[] = "/tmp/strata_torus_XXXXXX", env[160];
+    torus_file(file, tc->dims, tc->per_host);
+    snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s;STRATA_COMM_ALGO=allreduce:torus%s", file,
+             transport);
+    st_ranks_opts_t o = {.deadline_ms = 240000, .extra_env = env, .expect_fail_rank = -1};
+    int rc = st_test_ranks(tc->hosts * tc->per_host, torus_ranks, (void *)tc, &o);
+    unlink(file);
+    if (rc != 0)
+        fail_msg("%s torus, %d per host, failed", tc->dims, tc->per_host);
+}
+
+static void test_torus(void **state)
+{
+    (void)state;
+    static const torus_case_t cases[] = {
+        {"2x2", 4, 1}, {"2x3", 6, 1}, {"2x2x2", 8, 1}, {"3x3", 9, 1}, {"2x2", 4, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_torus(&cases[i], "");
+}
+
+static void test_torus_tcp(void **state)
+{
+    (void)state;
+    static const torus_case_t c = {"2x3", 6, 1};
+    run_torus(&c, ";STRATA_COMM_TRANSPORT=tcp");
+}
+
+/* The price picks the torus for large messages on a torus, a latency algorithm for tiny ones,
+ * and never the torus on the same ranks behind a switch (it declines there). */
+static int torus_choice(int rank, int n, void *arg)
+{
+    (void)n;
+    const torus_case_t *tc = arg;
+    if (torus_place(rank, tc))
+        return ST_RANK_FAIL("setenv");
+    strata_comm_t *c = st_test_comm();
+    if (!c)
+        return ST_RANK_FAIL("no communicator: %s", strata_last_error());
+    const char *big = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 64u << 20, false);
+    const char *tiny = strata_comm_algo_for(c, STRATA_COLL_ALLREDUCE, 8, false);
+    const bool torus = tc->dims != NULL;
+    int bad = 0;
+    if (torus && strcmp(big, "torus"))
+        bad = ST_RANK_FAIL("64 MiB allreduce on a %s torus chose %s", tc->dims, big);
+    if (!torus && !strcmp(big, "torus"))
+        bad = ST_RANK_FAIL("64 MiB allreduce behind a switch chose torus");
+    if (!strcmp(tiny, "torus"))
+        bad = ST_RANK_FAIL("8 B allreduce chose torus, expected a latency algorithm");
+    strata_comm_destroy(c);
+    return bad;
+}
+
+static void test_torus_choice(void **state)
+{
+    (void)state;
+    static const torus_case_t torus = {"2x3", 6, 1}, tree = {NULL, 6, 1};
+    char file[] = "/tmp/strata_torus_XXXXXX", env[96];
+    torus_file(file, torus.dims, 1);
+    snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s", file);
+    st_ranks_opts_t o = {.deadline_ms = 60000, .extra_env = env, .expect_fail_rank = -1};
+    int rc = st_test_ranks(6, torus_choice, (void *)&torus, &o);
+    unlink(file);
+    assert_int_equal(rc, 0);
+    // The same links behind a switch (a plain level): no torus to fill.
+    char tfile[] = "/tmp/strata_tree_XXXXXX";
+    int fd = mkstemp(tfile);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"name\": \"tree\", \"levels\": [\n"
+          " {\"name\": \"host\", \"fanout\": 1, \"bandwidth_GBps\": 8, \"latency_us\": 2},\n"
+          " {\"name\": \"switch\", \"fanout\": 6, \"bandwidth_GBps\": 0.05, \"latency_us\": 30}]}\n",
+          f);
+    fclose(f);
+    snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s", tfile);
+    rc = st_test_ranks(6, torus_choice, (void *)&tree, &o);
+    unlink(tfile);
+    assert_int_equal(rc, 0);
+}
+
+/* Five hosts on a 2x2 torus: every rank's creation fails, naming the file and the torus. */
+static int torus_too_small(int rank, int n, void *arg)
+{
+    (void)n;
+    const char *file = arg;
+    const torus_case_t tc = {"2x2", 5, 1};
+    if (torus_place(rank, &tc))
+        return ST_RANK_FAIL("setenv");
+    strata_comm_t *c = NULL;
+    if (strata_comm_create_from_env(&c) == STRATA_OK) {
+        strata_comm_destroy(c);
+        return ST_RANK_FAIL("5 hosts on a 2x2 torus were accepted");
+    }
+    const char *msg = strata_last_error();
+    if (!strstr(msg, file) || !strstr(msg, "2x2 torus of 4 cells") || !strstr(msg, "in 5 hosts"))
+        return ST_RANK_FAIL("unclear error: %s", msg);
+    return 0;
+}
+
+static void test_torus_too_small(void **state)
+{
+    (void)state;
+    char file[] = "/tmp/strata_torus_XXXXXX", env[96];
+    torus_file(file, "2x2", 1);
+    snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s", file);
+    st_ranks_opts_t o = {.deadline_ms = 60000, .extra_env = env, .expect_fail_rank = -1};
+    int rc = st_test_ranks(5, torus_too_small, file, &o);
+    unlink(file);
+    assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -197,6 +375,10 @@ int main(void)
         cmocka_unit_test(test_ring_tree),
         cmocka_unit_test(test_hier_tcp),
         cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_torus),
+        cmocka_unit_test(test_torus_tcp),
+        cmocka_unit_test(test_torus_choice),
+        cmocka_unit_test(test_torus_too_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,9 +72,9 @@ static strata_plan_problem_t fabric_problem(void)
 {
     strata_plan_problem_t pb = {0};
     strata_topo_init(&pb.topo, "three-tier");
-    strata_topo_level_t host = {"host", 8, 300e9, 3e-6, 1, STRATA_LINK_SCALE_UP, 0};
-    strata_topo_level_t leaf = {"leaf", 4, 25e9, 5e-6, 1, STRATA_LINK_SCALE_OUT, 0};
-    strata_topo_level_t spine = {"spine", 4, 25e9, 7e-6, 4, STRATA_LINK_SCALE_OUT, 0};
+    strata_topo_level_t host = {"host", 8, 300e9, 3e-6, 1, STRATA_LINK_SCALE_UP, 0, {0}};
+    strata_topo_level_t leaf = {"leaf", 4, 25e9, 5e-6, 1, STRATA_LINK_SCALE_OUT, 0, {0}};
+    strata_topo_level_t spine = {"spine", 4, 25e9, 7e-6, 4, STRATA_LINK_SCALE_OUT, 0, {0}};
     assert_int_equal(strata_topo_add_level(&pb.topo, &host), STRATA_OK);
     assert_int_equal(strata_topo_add_level(&pb.topo, &leaf), STRATA_OK);
     assert_int_equal(strata_topo_add_level(&pb.topo, &spine), STRATA_OK);

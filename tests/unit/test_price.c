@@ -10,7 +10,10 @@
  *     of strata_netmodel_fabric_cost, which simulates their transfer plans flow by flow;
  *   - a group given as a fabric, a host list or a strided group has the same shape;
  *   - the per-thread memo of strata_price_group_table answers as a fresh computation would;
- *   - the breakdown by level sums to the price and sits where the time goes. */
+ *   - the breakdown by level sums to the price and sits where the time goes;
+ *   - on a torus, the multi-dimensional ring's lines by hand (both ways round on dimensions of 3,
+ *     one way on 2 and inside a host), chosen for large messages there, declined on a tree and on
+ *     part of a torus. */
 #include "harness/st_test.h"
 #include "strata/price.h"
 
@@ -501,6 +504,98 @@ static void test_breakdown_and_hops(void **state)
     ASSERT_CLOSE(strata_price_table_p2p(&tab, 1e6), strata_price_p2p(&s, 1e6));
 }
 
+/* ---- tori -------------------------------------------------------------------------------------- */
+
+static void torus_tree(strata_topo_t *t, const char *torus)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"name\":\"t\",\"levels\":[{\"name\":\"host\",\"fanout\":2,\"bandwidth_GBps\":8,"
+             "\"latency_us\":1},{\"name\":\"top\",\"fanout\":9,%s\"bandwidth_GBps\":0.05,"
+             "\"latency_us\":30}]}",
+             torus);
+    assert_int_equal(strata_topo_parse(text, "t", t), STRATA_OK);
+}
+
+static void test_torus(void **state)
+{
+    (void)state;
+    strata_topo_t t, tree;
+    torus_tree(&t, "\"torus\":\"3x3\",");
+    torus_tree(&tree, "");
+    const double a1 = 30e-6, b1 = 1 / 0.05e9, a0 = 1e-6, b0 = 1 / 8e9, g = 1e-11, B = 64e6;
+    const strata_net_eff_t e = {.eff = {1, 1}, .gamma_s_per_b = g};
+
+    // One rank per host (stride 2): a 3x3 grid, both ways round in both dimensions.
+    const strata_group_t hosts = {1, {{9, 2}}};
+    strata_price_shape_t s;
+    assert_int_equal(strata_price_shape_group(&t, &hosts, &e, &s), STRATA_OK);
+    assert_int_equal(s.torus_ndims, 2);
+    assert_true(s.torus_dim[0].both_ways && s.torus_dim[1].both_ways);
+    // dim 0: 4 steps of 1/3 / 2; dim 1 on the 1/3 shard: 4 steps of 1/9 / 2; reduce 8/9 of B.
+    const double torus9 = 8 * a1 + B * b1 * (4.0 / 6 + 4.0 / 18) + B * g * 8 / 9;
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_TORUS, B), torus9);
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_RING, B),
+                 16 * a1 + 2 * B * b1 * 8 / 9 + B * g * 8 / 9);
+    strata_price_t p;
+    assert_int_equal(strata_price_coll(&s, STRATA_COLL_ALLREDUCE, B, STRATA_PRICE_OFFER_PLAIN, &p),
+                     STRATA_OK);
+    assert_int_equal(p.algo, STRATA_ALGO_TORUS);
+    assert_int_equal(strata_price_coll(&s, STRATA_COLL_ALLREDUCE, 8, STRATA_PRICE_OFFER_PLAIN, &p),
+                     STRATA_OK);
+    assert_int_not_equal(p.algo, STRATA_ALGO_TORUS);
+    // Allreduce only.
+    assert_int_equal(strata_price_algo(&s, STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_TORUS, B, &p),
+                     STRATA_ERR_UNSUPPORTED);
+
+    // Two ranks per host (all 18): the host's pair first (one way, at the host's link), then the
+    // torus on the half, then on the sixth.
+    const strata_group_t all = {1, {{18, 1}}};
+    assert_int_equal(strata_price_shape_group(&t, &all, &e, &s), STRATA_OK);
+    assert_int_equal(s.torus_ndims, 3);
+    assert_int_equal(s.torus_dim[0].level, 0);
+    assert_false(s.torus_dim[0].both_ways);
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_TORUS, B),
+                 2 * a0 + B * b0 * 2 * 0.5 + 8 * a1 + B * b1 * (4.0 / 12 + 4.0 / 36) +
+                     B * g * 17 / 18);
+    assert_int_equal(strata_price_coll(&s, STRATA_COLL_ALLREDUCE, B, STRATA_PRICE_OFFER_PLAIN, &p),
+                     STRATA_OK);
+    assert_int_equal(p.algo, STRATA_ALGO_TORUS);
+
+    // A 2x2 torus: dimensions of 2 have one link, so one way round: same bytes as a ring, fewer
+    // steps.
+    strata_topo_t t4;
+    assert_int_equal(strata_topo_parse("{\"levels\":[{\"name\":\"host\",\"fanout\":1,"
+                                       "\"bandwidth_GBps\":8},{\"name\":\"top\",\"torus\":\"2x2\","
+                                       "\"bandwidth_GBps\":0.05,\"latency_us\":30}]}",
+                                       "t4", &t4),
+                     STRATA_OK);
+    const strata_group_t four = {1, {{4, 1}}};
+    assert_int_equal(strata_price_shape_group(&t4, &four, NULL, &s), STRATA_OK);
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_TORUS, B),
+                 4 * a1 + B * b1 * (2 * 0.5 + 2 * 0.25));
+
+    // The same hosts behind a switch, and three hosts of the torus: no torus to fill.
+    assert_int_equal(strata_price_shape_group(&tree, &hosts, &e, &s), STRATA_OK);
+    assert_int_equal(s.torus_ndims, 0);
+    assert_int_equal(strata_price_algo(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_TORUS, B, &p),
+                     STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_price_coll(&s, STRATA_COLL_ALLREDUCE, B, STRATA_PRICE_OFFER_ALL, &p),
+                     STRATA_OK);
+    assert_int_not_equal(p.algo, STRATA_ALGO_TORUS);
+    const strata_group_t row = {1, {{3, 2}}};
+    assert_int_equal(strata_price_shape_group(&t, &row, &e, &s), STRATA_OK);
+    assert_int_equal(s.torus_ndims, 0);
+    // The planner's memo tells a torus from the same tree without one.
+    strata_price_table_t tt, ttree;
+    assert_int_equal(strata_price_group_table(&t, &hosts, &e, STRATA_COLL_ALLREDUCE, &tt),
+                     STRATA_OK);
+    assert_int_equal(strata_price_group_table(&tree, &hosts, &e, STRATA_COLL_ALLREDUCE, &ttree),
+                     STRATA_OK);
+    assert_int_equal(tt.nlines[STRATA_ALGO_TORUS], 1);
+    assert_int_equal(ttree.nlines[STRATA_ALGO_TORUS], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_ring_orders),       cmocka_unit_test(test_hier_lines),
         cmocka_unit_test(test_against_simulation), cmocka_unit_test(test_forms_agree),
         cmocka_unit_test(test_memo),              cmocka_unit_test(test_breakdown_and_hops),
+        cmocka_unit_test(test_torus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@ typedef struct st_topo_memo {
 typedef struct st_topo {
     strata_fabric_t fabric;
     bool multi; /* some level splits the communicator: topology-aware plans differ from flat ones */
+    strata_torus_grid_t torus; /* the ranks' torus (strata_fabric_torus); ndims 0: they fill none */
     st_topo_memo_t memo[1]; /* cleared with the rest when the fabric changes (comm/topo.c) */
 } st_topo_t;
 
@@ -86,6 +87,25 @@ double st_algo_cost(const st_algo_t *al, const st_coll_args_t *a, size_t bytes,
 
 /* Splits `count` elements into n near-equal blocks; fills byte offsets and lengths. */
 void st_blocks_even(size_t count, int n, size_t esize, size_t *off, size_t *len);
+
+/* One ring among some ranks: this rank's position in it and its neighbours (communicator ranks);
+ * the ring sends to `right` and receives from `left`. Block i (byte offsets/lengths) is the one
+ * position i ends with. */
+typedef struct st_ring {
+    int n, pos, left, right;
+} st_ring_t;
+
+/* Step `step` (0 .. n-2) of a ring reduce-scatter that keeps partial sums in `work` (reading step
+ * 0's block and every received block's own contribution from `in`; work may be in): a send and a
+ * receive-reduce added to the open round, which the caller closes. After step n-2, block pos of
+ * work holds the reduction. */
+void st_ring_rs_step(st_sched_t *s, const st_ring_t *r, int step, const char *in, char *work,
+                     const size_t *off, const size_t *len, uint32_t tag);
+
+/* Step `step` (0 .. n-2) of a ring allgather inside `buf`, this position's block read from `mine`
+ * on step 0; added to the open round. */
+void st_ring_ag_step(st_sched_t *s, const st_ring_t *r, int step, char *buf, const void *mine,
+                     const size_t *off, const size_t *len, uint32_t tag);
 
 /* Ring reduce-scatter of n blocks (byte offsets/lengths) read from `src`. With `work` non-NULL the
  * partial sums are kept in work (same layout as src; allreduce passes its recvbuf) and the result

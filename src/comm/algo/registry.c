@@ -9,7 +9,8 @@ extern const st_algo_t st_algo_allreduce_ring, st_algo_allreduce_rd, st_algo_all
     st_algo_gather_linear, st_algo_scatter_linear, st_algo_barrier_dissemination,
     st_algo_allreduce_ring_tree, st_algo_allreduce_hier, st_algo_reduce_scatter_ring_tree,
     st_algo_reduce_scatter_hier, st_algo_allgather_ring_tree, st_algo_allgather_hier,
-    st_algo_allreduce_direct, st_algo_reduce_scatter_direct, st_algo_allgather_direct;
+    st_algo_allreduce_direct, st_algo_reduce_scatter_direct, st_algo_allgather_direct,
+    st_algo_allreduce_torus;
 
 const st_algo_t *const st_algos[] = {
     &st_algo_allreduce_ring,        &st_algo_allreduce_rd,          &st_algo_allreduce_rhd,
@@ -20,6 +21,7 @@ const st_algo_t *const st_algos[] = {
     &st_algo_allreduce_ring_tree,   &st_algo_allreduce_hier,        &st_algo_reduce_scatter_ring_tree,
     &st_algo_reduce_scatter_hier,   &st_algo_allgather_ring_tree,   &st_algo_allgather_hier,
     &st_algo_allreduce_direct,      &st_algo_reduce_scatter_direct, &st_algo_allgather_direct,
+    &st_algo_allreduce_torus,
 };
 const int st_nalgos = (int)(sizeof st_algos / sizeof st_algos[0]);
 

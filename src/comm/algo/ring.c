@@ -27,10 +27,30 @@ void st_blocks_even(size_t count, int n, size_t esize, size_t *off, size_t *len)
     }
 }
 
+void st_ring_rs_step(st_sched_t *s, const st_ring_t *r, int step, const char *in, char *work,
+                     const size_t *off, const size_t *len, uint32_t tag)
+{
+    int sb = mod(r->pos - step - 1, r->n), rb = mod(r->pos - step - 2, r->n);
+    if (len[rb])
+        st_sched_recv_reduce(s, r->left, tag, work + off[rb], in + off[rb], len[rb]);
+    if (len[sb])
+        st_sched_send(s, r->right, tag, (step == 0 ? in : work) + off[sb], len[sb]);
+}
+
+void st_ring_ag_step(st_sched_t *s, const st_ring_t *r, int step, char *buf, const void *mine,
+                     const size_t *off, const size_t *len, uint32_t tag)
+{
+    int sb = mod(r->pos - step, r->n), rb = mod(r->pos - step - 1, r->n);
+    if (len[rb])
+        st_sched_recv(s, r->left, tag, buf + off[rb], len[rb]);
+    if (len[sb])
+        st_sched_send(s, r->right, tag, step == 0 ? mine : buf + off[sb], len[sb]);
+}
+
 void st_ring_reduce_scatter(st_sched_t *s, int rank, int n, const void *src, char *work,
                             void *final, const size_t *off, const size_t *len, uint32_t tag0)
 {
-    const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+    const st_ring_t ring = {n, rank, mod(rank - 1, n), mod(rank + 1, n)};
     const char *in = src;
     char *inter[2] = {NULL, NULL};
     if (!work && n > 2) {
@@ -44,13 +64,18 @@ void st_ring_reduce_scatter(st_sched_t *s, int rank, int n, const void *src, cha
         inter[1] = tmp + maxlen;
     }
     for (int step = 0; step < n - 1; step++) {
-        int sb = mod(rank - step - 1, n), rb = mod(rank - step - 2, n);
-        const void *sendp = step == 0 ? in + off[sb] : work ? work + off[sb] : inter[(step - 1) % 2];
-        void *recvp = work ? work + off[rb] : step == n - 2 ? final : inter[step % 2];
-        if (len[rb])
-            st_sched_recv_reduce(s, left, tag0 + (uint32_t)step, recvp, in + off[rb], len[rb]);
-        if (len[sb])
-            st_sched_send(s, right, tag0 + (uint32_t)step, sendp, len[sb]);
+        if (work) {
+            st_ring_rs_step(s, &ring, step, in, work, off, len, tag0 + (uint32_t)step);
+        } else { // partial sums through two scratch blocks, the last step into `final`
+            int sb = mod(rank - step - 1, n), rb = mod(rank - step - 2, n);
+            const void *sendp = step == 0 ? in + off[sb] : inter[(step - 1) % 2];
+            void *recvp = step == n - 2 ? final : inter[step % 2];
+            if (len[rb])
+                st_sched_recv_reduce(s, ring.left, tag0 + (uint32_t)step, recvp, in + off[rb],
+                                     len[rb]);
+            if (len[sb])
+                st_sched_send(s, ring.right, tag0 + (uint32_t)step, sendp, len[sb]);
+        }
         st_sched_round(s);
     }
 }
@@ -58,13 +83,9 @@ void st_ring_reduce_scatter(st_sched_t *s, int rank, int n, const void *src, cha
 void st_ring_allgather(st_sched_t *s, int rank, int n, char *buf, const void *mine,
                        const size_t *off, const size_t *len, uint32_t tag0)
 {
-    const int right = mod(rank + 1, n), left = mod(rank - 1, n);
+    const st_ring_t ring = {n, rank, mod(rank - 1, n), mod(rank + 1, n)};
     for (int step = 0; step < n - 1; step++) {
-        int sb = mod(rank - step, n), rb = mod(rank - step - 1, n);
-        if (len[rb])
-            st_sched_recv(s, left, tag0 + (uint32_t)step, buf + off[rb], len[rb]);
-        if (len[sb])
-            st_sched_send(s, right, tag0 + (uint32_t)step, step == 0 ? mine : buf + off[sb], len[sb]);
+        st_ring_ag_step(s, &ring, step, buf, mine, off, len, tag0 + (uint32_t)step);
         st_sched_round(s);
     }
 }
