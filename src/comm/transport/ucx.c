@@ -61,6 +61,7 @@ typedef struct send_op {
     st_msg_t *m;
     bool last;    /* the message's last fragment */
     bool done;
+    void *req;    /* UCX's request while in flight (NULL: completed at once) */
     ucx_conn_t *c;
 } send_op_t;
 
@@ -230,6 +231,8 @@ static void on_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     (void)uep;
     ucx_conn_t *c = arg;
+    ST_LOG_DEBUG(ST_SUB_NET, "ucx: the endpoint to rank %d failed: %s", c->rank,
+                 ucs_status_string(status));
     if (c->err == UCS_OK)
         c->err = status;
 }
@@ -496,6 +499,7 @@ static void sent(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
     op->done = true;
+    op->req = NULL;
     if (status != UCS_OK && op->c->err == UCS_OK)
         op->c->err = status;
     ucp_request_free(request);
@@ -534,6 +538,7 @@ static strata_status_t issue_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
             return STRATA_OK; // reported by the caller, as a peer failure
         }
         op->done = r == NULL;
+        op->req = r;
         c->ring_count++;
         c->tx_off += len;
         *moved = true;
@@ -683,6 +688,11 @@ static void ucx_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
     if (c->ep) {
         // Flush what was sent unless the peer failed or the endpoint did; bounded either way.
         bool force = c->err != UCS_OK || st_ep_error(ep) < 0;
+        for (unsigned i = 0; force && i < c->ring_count; i++) {
+            send_op_t *op = &c->ring[(c->ring_head + i) % INFLIGHT];
+            if (op->req) // a rendezvous waiting for a peer that is gone
+                ucp_request_cancel(t->worker, op->req);
+        }
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                   .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &rp);
@@ -695,6 +705,9 @@ static void ucx_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
                 ucp_request_cancel(t->worker, r);
             ucp_request_free(r);
         }
+        // A forced close completes the peer's requests (with an error) on the next progress.
+        for (int i = 0; i < PROGRESS_MAX && ucp_worker_progress(t->worker); i++)
+            ;
     }
     // Operations still in flight point at c: it is freed with the worker.
     if (c->rx_pending == 0 && c->ring_count == 0) {
@@ -708,12 +721,19 @@ static void ucx_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
 
 static void ucx_close_tp(st_ep_t *ep, st_transport_t *t)
 {
-    (void)ep;
     if (!t)
         return;
     t->closing = true;
-    if (t->worker)
+    if (t->worker) {
+        // Sends to a peer that died over a transport that cannot report it (UCX's shared memory)
+        // can never complete, and UCX warns about each at destruction: after a failure that is
+        // expected, not news.
+        ucs_log_level_t level = ucs_global_opts.log_component.log_level;
+        if (st_ep_error(ep) < 0)
+            ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
         ucp_worker_destroy(t->worker);
+        ucs_global_opts.log_component.log_level = level;
+    }
     while (t->orphans) {
         ucx_conn_t *c = t->orphans;
         t->orphans = c->next_orphan;
