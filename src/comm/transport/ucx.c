@@ -61,12 +61,12 @@ typedef struct send_op {
     st_msg_t *m;
     bool last;    /* the message's last fragment */
     bool done;
-    void *req;    /* UCX's request while in flight (NULL: completed at once) */
     ucx_conn_t *c;
 } send_op_t;
 
-/* A rendezvous fragment being fetched. */
+/* A rendezvous fragment being fetched; listed in its transport until completed. */
 typedef struct recv_op {
+    struct recv_op *prev, *next;
     struct st_transport *t;
     ucx_conn_t *c;
     st_msg_t *m;
@@ -76,6 +76,7 @@ typedef struct recv_op {
 
 struct ucx_conn {
     ucx_conn_t *next_orphan; /* disconnected while UCX still held its operations */
+    struct st_transport *t;
     int rank;
     ucp_ep_h ep;           /* NULL until created (adopted peers create it on their first pass) */
     ucs_status_t err;      /* first failure UCX reported on this peer */
@@ -98,8 +99,11 @@ struct st_transport {
     int kick;              /* an eventfd made readable when sleeping must not wait */
     bool all;              /* every peer (else: peers on other hosts) */
     bool closing;          /* completions after this only free memory */
+    bool forced;           /* an endpoint was closed by force: progress no more */
     size_t frag;
-    bool events;           /* a callback queued work since last looked */
+    bool events;           /* a callback queued or completed work since last looked */
+    bool kicked;           /* the kick fd was made readable */
+    recv_op_t *fetches;    /* in flight */
     ucx_conn_t *orphans;   /* freed once the worker is gone */
 };
 
@@ -214,12 +218,13 @@ static bool ucx_can_connect(st_ep_t *ep, st_transport_t *t, const st_peer_t *pee
     return t && (t->all || peer->host_hash != st_ep_host_hash(ep));
 }
 
-static ucx_conn_t *conn_of(st_peer_t *peer)
+static ucx_conn_t *conn_of(st_transport_t *t, st_peer_t *peer)
 {
     if (!peer->conn) {
         ucx_conn_t *c = calloc(1, sizeof *c);
         if (!c)
             return NULL;
+        c->t = t;
         c->rank = peer->rank;
         c->err = UCS_OK;
         peer->conn = c;
@@ -235,6 +240,7 @@ static void on_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
                  ucs_status_string(status));
     if (c->err == UCS_OK)
         c->err = status;
+    c->t->events = true; // a sleeping rank wakes to report it
 }
 
 /* Creates the UCP endpoint to `peer` from the address it published. */
@@ -300,7 +306,7 @@ static strata_status_t create_ep(st_ep_t *ep, st_transport_t *t, st_peer_t *peer
 
 static strata_status_t ucx_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
 {
-    ucx_conn_t *c = conn_of(peer);
+    ucx_conn_t *c = conn_of(t, peer);
     if (!c)
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
     return c->ep ? STRATA_OK : create_ep(ep, t, peer, c);
@@ -346,7 +352,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
                     st_ep_peer_name(t->ep, h.src), peer->tp->name);
         return UCS_OK;
     }
-    ucx_conn_t *c = conn_of(peer);
+    ucx_conn_t *c = conn_of(t, peer);
     arrival_t *a = calloc(1, sizeof *a);
     if (!c || !a) {
         free(a);
@@ -411,6 +417,12 @@ static void fetch_done(recv_op_t *op, ucs_status_t status)
 {
     ucx_conn_t *c = op->c;
     c->rx_pending--;
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        op->t->fetches = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
     op->t->events = true;
     if (status != UCS_OK) {
         if (c->err == UCS_OK)
@@ -441,8 +453,11 @@ static strata_status_t fetch(st_ep_t *ep, st_transport_t *t, ucx_conn_t *c, arri
         return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory receiving from %s",
                           st_ep_peer_name(ep, c->rank));
     }
-    *op = (recv_op_t){.t = t, .c = c, .m = m, .off = a->hdr.off, .len = a->len,
-                      .stage = op->stage};
+    *op = (recv_op_t){.next = t->fetches, .t = t, .c = c, .m = m, .off = a->hdr.off,
+                      .len = a->len, .stage = op->stage};
+    if (t->fetches)
+        t->fetches->prev = op;
+    t->fetches = op;
     void *dst = staged ? (void *)op->stage : (char *)m->rbuf + a->hdr.off;
     ucp_request_param_t rp = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
@@ -499,7 +514,7 @@ static void sent(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
     op->done = true;
-    op->req = NULL;
+    op->c->t->events = true;
     if (status != UCS_OK && op->c->err == UCS_OK)
         op->c->err = status;
     ucp_request_free(request);
@@ -538,7 +553,6 @@ static strata_status_t issue_sends(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
             return STRATA_OK; // reported by the caller, as a peer failure
         }
         op->done = r == NULL;
-        op->req = r;
         c->ring_count++;
         c->tx_off += len;
         *moved = true;
@@ -579,7 +593,7 @@ static strata_status_t peer_failed(st_ep_t *ep, ucx_conn_t *c)
 static strata_status_t ucx_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, bool drain,
                                     bool *moved)
 {
-    ucx_conn_t *c = conn_of(peer);
+    ucx_conn_t *c = conn_of(t, peer);
     if (!c)
         return st_ep_fail(ep, STRATA_ERR_NO_MEMORY, "out of memory");
     // What arrived before a failure is still delivered: a peer that finished and left is lost only
@@ -617,9 +631,13 @@ static strata_status_t ucx_progress_global(st_ep_t *ep, st_transport_t *t, bool 
         t->events = false;
         *moved = true;
     }
-    uint64_t v;
-    if (read(t->kick, &v, sizeof v) == sizeof v)
+    if (t->kicked) {
+        uint64_t v;
+        if (read(t->kick, &v, sizeof v) < 0)
+            ST_LOG_DEBUG(ST_SUB_NET, "ucx: kick: %s", strerror(errno));
+        t->kicked = false;
         *moved = true;
+    }
     return STRATA_OK;
 }
 
@@ -640,6 +658,7 @@ static int ucx_pollfds_global(st_ep_t *ep, st_transport_t *t, struct pollfd *fds
             uint64_t one = 1;
             if (write(t->kick, &one, sizeof one) < 0)
                 ST_LOG_DEBUG(ST_SUB_NET, "ucx: kick: %s", strerror(errno));
+            t->kicked = true;
             break;
         }
     }
@@ -686,28 +705,19 @@ static void ucx_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
         release_arrival(t, a);
     }
     if (c->ep) {
-        // Flush what was sent unless the peer failed or the endpoint did; bounded either way.
-        bool force = c->err != UCS_OK || st_ep_error(ep) < 0;
-        for (unsigned i = 0; force && i < c->ring_count; i++) {
-            send_op_t *op = &c->ring[(c->ring_head + i) % INFLIGHT];
-            if (op->req) // a rendezvous waiting for a peer that is gone
-                ucp_request_cancel(t->worker, op->req);
-        }
+        // Flush what was sent, bounded in time, unless the peer or the endpoint failed: then close
+        // at once and progress no more. (UCX 1.13's tcp asserts when progress meets a send it
+        // already failed on a forced close, so after one, every later close is forced too.)
+        t->forced = t->forced || c->err != UCS_OK || st_ep_error(ep) < 0;
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                  .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                                  .flags = t->forced ? UCP_EP_CLOSE_FLAG_FORCE : 0};
         ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &rp);
         uint64_t until = st_now_ns() + 2000000000ull;
-        while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS &&
-               st_now_ns() < until)
+        while (!t->forced && r && !UCS_PTR_IS_ERR(r) &&
+               ucp_request_check_status(r) == UCS_INPROGRESS && st_now_ns() < until)
             ucp_worker_progress(t->worker);
-        if (r && !UCS_PTR_IS_ERR(r)) {
-            if (ucp_request_check_status(r) == UCS_INPROGRESS)
-                ucp_request_cancel(t->worker, r);
-            ucp_request_free(r);
-        }
-        // A forced close completes the peer's requests (with an error) on the next progress.
-        for (int i = 0; i < PROGRESS_MAX && ucp_worker_progress(t->worker); i++)
-            ;
+        if (r && !UCS_PTR_IS_ERR(r))
+            ucp_request_free(r); // released by UCX when it completes, if it has not
     }
     // Operations still in flight point at c: it is freed with the worker.
     if (c->rx_pending == 0 && c->ring_count == 0) {
@@ -733,6 +743,12 @@ static void ucx_close_tp(st_ep_t *ep, st_transport_t *t)
             ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
         ucp_worker_destroy(t->worker);
         ucs_global_opts.log_component.log_level = level;
+    }
+    while (t->fetches) { // never completed: their peer died mid-transfer
+        recv_op_t *op = t->fetches;
+        t->fetches = op->next;
+        free(op->stage);
+        free(op);
     }
     while (t->orphans) {
         ucx_conn_t *c = t->orphans;
