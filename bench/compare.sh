@@ -3,9 +3,9 @@
 # ranks on this machine, for allreduce, allgather, reduce_scatter and broadcast.
 #
 #   bash bench/compare.sh [--strata PATH] [--sizes 8,64K,1M,16M,64M,256M] [--iters 20] [--warmup 5]
-#                         [--colls allreduce,allgather,reduce_scatter,bcast] [--transports shm,tcp]
-#                         [--peers openmpi,mpich,gloo] [--repeat N] [--malloc-default] [--out DIR]
-#                         [--timeout SECONDS] [--bind core|none]
+#                         [--colls allreduce,allgather,reduce_scatter,bcast] [--transports shm,tcp,ucx]
+#                         [--ucx-tls tcp,sm] [--peers openmpi,mpich,gloo] [--repeat N]
+#                         [--malloc-default] [--out DIR] [--timeout SECONDS] [--bind core|none]
 #
 # How to read it
 # - One table per transport and collective. Each row is one SIZE in bytes, meaning the collective's
@@ -35,6 +35,12 @@
 #   plus UCX_TLS=tcp,self UCX_NET_DEVICES=lo, because NOLOCAL alone hands the traffic to UCX, which
 #   then still picks sysv/cma shared memory (check: UCX_LOG_LEVEL=info prints ep_cfg[..]: tag(tcp/lo)).
 #   Gloo only has TCP: it is run once and its numbers appear in both tables, labelled gloo(tcp).
+#   ucx (not run by default): everybody over UCX, once per UCX_TLS in --ucx-tls (tables "ucx-tcp",
+#   "ucx-sm"; each runs with UCX_TLS=<tls>,self, and UCX_NET_DEVICES=lo for tcp): strata with
+#   STRATA_COMM_TRANSPORT=ucx (docs/comm.md "UCX transport"), Open MPI with --mca pml ucx (and
+#   pml_ucx_devices/pml_ucx_tls "any": by default it takes UCX only on InfiniBand devices), MPICH
+#   (ch4:ucx) with MPIR_CVAR_NOLOCAL=1 so that its own shared-memory module stays out. Gloo has no
+#   UCX and is left out of these tables.
 # - Placement: one binding policy for all, --bind (default core: each rank on a core of its own, what
 #   strata launch and Open MPI do by default): strata launch --bind-to, Open MPI --bind-to, MPICH
 #   -bind-to. Gloo is spawned by torch.multiprocessing, which does not bind. Open MPI gets
@@ -70,6 +76,7 @@ ITERS=20
 WARMUP=5
 COLLS=allreduce,allgather,reduce_scatter,bcast
 TRANSPORTS=shm,tcp
+UCX_TLS_LIST=tcp,sm
 PEERS=openmpi,mpich,gloo
 OUT=
 STRATA=${STRATA_BIN:-}
@@ -79,7 +86,7 @@ BIND=core
 MALLOC_TUNING=1
 PY=/usr/bin/python3
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     --strata) STRATA=$2; shift 2 ;;
@@ -88,6 +95,7 @@ while [ $# -gt 0 ]; do
     --warmup | -w) WARMUP=$2; shift 2 ;;
     --colls) COLLS=$2; shift 2 ;;
     --transports) TRANSPORTS=$2; shift 2 ;;
+    --ucx-tls) UCX_TLS_LIST=$2; shift 2 ;;
     --peers) PEERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
@@ -99,6 +107,15 @@ while [ $# -gt 0 ]; do
     esac
 done
 COLLS=${COLLS//broadcast/bcast}
+# The ucx transport stands for one table per UCX_TLS: ucx-tcp, ucx-sm, ...
+RUN_TRANSPORTS=""
+for tr in ${TRANSPORTS//,/ }; do
+    if [ "$tr" = ucx ]; then
+        for tls in ${UCX_TLS_LIST//,/ }; do RUN_TRANSPORTS+="${RUN_TRANSPORTS:+,}ucx-$tls"; done
+    else
+        RUN_TRANSPORTS+="${RUN_TRANSPORTS:+,}$tr"
+    fi
+done
 
 if [ -z "$STRATA" ]; then
     for c in "$root/build/release/strata" "$root/build/dev/strata"; do
@@ -117,7 +134,7 @@ missing() { # missing RUN-NAME REASON
     echo "compare.sh: $1 missing: $2" >&2
 }
 has_peer() { case ",$PEERS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-has_transport() { case ",$TRANSPORTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+has_transport() { case ",$RUN_TRANSPORTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # run NAME LABEL COMMAND...: runs a benchmark program, appending its JSON lines (the launcher's
 # "[r0] " prefix removed) to raw/NAME.jsonl; its output is kept in log/LABEL.{out,err}. A run that
@@ -197,32 +214,52 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$REPEAT"); do
     r=""
     [ "$REPEAT" -gt 1 ] && r="-r$rep"
-    for tr in shm tcp; do
-        has_transport $tr || continue
+    for tr in ${RUN_TRANSPORTS//,/ }; do
+        # ucx-<tls>: every program over UCX with UCX_TLS=<tls>,self (ucx_env for strata and
+        # MPICH, exported by Open MPI's -x).
+        ucx_env=()
+        case $tr in
+        ucx-*)
+            ucx_env=(UCX_TLS="${tr#ucx-},self")
+            [ "${tr#ucx-}" = tcp ] && ucx_env+=(UCX_NET_DEVICES=lo)
+            ;;
+        esac
         if [ $have_strata = 1 ]; then
             flag=()
-            [ $tr = tcp ] && flag=(--tcp)
+            [ "$tr" = tcp ] && flag=(--tcp)
+            pre=(env)
+            [ ${#ucx_env[@]} -gt 0 ] && pre=(env STRATA_COMM_TRANSPORT=ucx "${ucx_env[@]}")
             for c in ${COLLS//,/ }; do
                 # -a 3: the maximum over ranks, as the peers report (strata's default is
                 # nccl-tests' average).
-                run "strata-$tr" "strata-$tr-$c$r" "$STRATA" launch -n 2 --bind-to "$BIND" \
+                run "strata-$tr" "strata-$tr-$c$r" "${pre[@]}" "$STRATA" launch -n 2 --bind-to "$BIND" \
                     "${flag[@]}" -- "$STRATA" bench "$c" -a 3 "${peer_args[@]}"
                 # The same over strata_mem_alloc buffers, which peers on the host reach directly.
-                [ $tr = shm ] && run "strata_mem-$tr" "strata_mem-$tr-$c$r" "$STRATA" launch -n 2 \
+                [ "$tr" = shm ] && run "strata_mem-$tr" "strata_mem-$tr-$c$r" "$STRATA" launch -n 2 \
                     --bind-to "$BIND" -- "$STRATA" bench "$c" -R 1 -a 3 "${peer_args[@]}"
             done
         fi
         if [ $have_openmpi = 1 ]; then
             mca=()
             # shellcheck disable=SC2054 # "tcp,self" is one MCA value
-            [ $tr = tcp ] && mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+            [ "$tr" = tcp ] && mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+            if [ ${#ucx_env[@]} -gt 0 ]; then
+                # Open MPI 4.1 takes pml ucx only on InfiniBand devices (pml_ucx_devices=mlx*)
+                # unless told that any device and transport will do.
+                mca=(--mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any)
+                for kv in "${ucx_env[@]}"; do mca+=(-x "$kv"); done
+            fi
             run "openmpi-$tr" "openmpi-$tr$r" "${ompi_env[@]}" "${ompi_run[@]}" "${mca[@]}" \
                 "$OUT/bin/peer_openmpi" -C "$COLLS" "${peer_args[@]}"
         fi
         if [ $have_mpich = 1 ]; then
             genv=()
             # shellcheck disable=SC2054 # "tcp,self" is one UCX value
-            [ $tr = tcp ] && genv=(-genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES lo)
+            [ "$tr" = tcp ] && genv=(-genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES lo)
+            if [ ${#ucx_env[@]} -gt 0 ]; then
+                genv=(-genv MPIR_CVAR_NOLOCAL 1)
+                for kv in "${ucx_env[@]}"; do genv+=(-genv "${kv%%=*}" "${kv#*=}"); done
+            fi
             run "mpich-$tr" "mpich-$tr$r" "${mpich_run[@]}" "${genv[@]}" "$OUT/bin/peer_mpich" \
                 -C "$COLLS" "${peer_args[@]}"
         fi
@@ -250,13 +287,14 @@ echo "compare.sh: load average at end: $load_end" >&2
 
 # ---- report -------------------------------------------------------------------------------------
 
-"$PY" - "$OUT" "$SIZES" "$COLLS" "$TRANSPORTS" "$ITERS" "$WARMUP" "$REPEAT" "$load_start" \
+"$PY" - "$OUT" "$SIZES" "$COLLS" "$RUN_TRANSPORTS" "$ITERS" "$WARMUP" "$REPEAT" "$load_start" \
     "$load_end" "$(nproc)" "$MALLOC_TUNING" <<'EOF'
 import json, os, sys
 
 out, sizes_arg, colls_arg, transports_arg, iters, warmup, repeat, load0, load1, ncpu, mt = sys.argv[1:12]
 colls = colls_arg.split(",")
-transports = [t for t in ("shm", "tcp") if t in transports_arg.split(",")]
+transports = [t for t in ("shm", "tcp") if t in transports_arg.split(",")] + \
+    [t for t in transports_arg.split(",") if t.startswith("ucx-")]
 PEERS = ("openmpi", "mpich", "gloo")
 LAT_BELOW = 4096
 

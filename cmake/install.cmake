@@ -18,6 +18,12 @@ endforeach()
 # The external libraries every part links (strata_part's LIBS), once each.
 set(strata_deps Threads::Threads m PkgConfig::JSONC PkgConfig::HWLOC PkgConfig::OPENBLAS PkgConfig::PMIX
     ${CMAKE_DL_LIBS})
+# ... and the modules strataConfig.cmake looks up for them.
+set(STRATA_CONFIG_DEPS "JSONC:json-c HWLOC:hwloc OPENBLAS:openblas PMIX:pmix")
+if(STRATA_HAVE_UCX)
+  list(APPEND strata_deps PkgConfig::UCX)
+  string(APPEND STRATA_CONFIG_DEPS " UCX:ucx")
+endif()
 
 add_library(strata_shared SHARED ${strata_objects})
 add_library(strata_static STATIC ${strata_objects})
@@ -53,6 +59,9 @@ install(FILES ${PROJECT_BINARY_DIR}/strataConfig.cmake ${PROJECT_BINARY_DIR}/str
 file(RELATIVE_PATH STRATA_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" STRATA_PC_UP "${STRATA_PC_UP}")
 set(STRATA_PC_REQUIRES "json-c hwloc openblas pmix")
+if(STRATA_HAVE_UCX)
+  string(APPEND STRATA_PC_REQUIRES " ucx")
+endif()
 set(STRATA_PC_LIBS "-lpthread -lm")
 foreach(l ${CMAKE_DL_LIBS})
   string(APPEND STRATA_PC_LIBS " -l${l}")

@@ -76,6 +76,13 @@ STRATA_API strata_status_t strata_op_parse(const char *name, strata_op_t *out);
 
 /* ---- creation ---------------------------------------------------------------------------------- */
 
+/* Where the UCX transport serves peers (STRATA_COMM_TRANSPORT, docs/comm.md "UCX transport"). */
+typedef enum strata_comm_ucx {
+    STRATA_COMM_UCX_OFF = 0, /* never: shared memory on one host, TCP between hosts */
+    STRATA_COMM_UCX_HOSTS,   /* between hosts; shared memory within one ("shm+ucx") */
+    STRATA_COMM_UCX_ALL,     /* every peer, within a host too, over UCX's own transports ("ucx") */
+} strata_comm_ucx_t;
+
 typedef struct strata_comm_config {
     int rank;               /* this process's rank, 0 <= rank < nranks */
     int nranks;             /* number of ranks in the job */
@@ -88,6 +95,8 @@ typedef struct strata_comm_config {
                                (strata_comm_config_from_env derives one from the store address) */
     long long timeout_ms;   /* timeout for every blocking call; < 0 = never */
     bool force_tcp;         /* use TCP even between ranks of one host */
+    strata_comm_ucx_t ucx;  /* which peers UCX serves (a build without UCX refuses all but OFF);
+                               set alike on every rank */
 } strata_comm_config_t;
 
 /* A config filled from the knobs (STRATA_COMM_TIMEOUT_MS, STRATA_COMM_TRANSPORT, STRATA_SECRET,

@@ -25,12 +25,28 @@
 
 #include <json-c/json.h>
 
-enum { ST_TP_SHM = 0, ST_TP_TCP = 1, ST_NTP = 2 };
+/* In order of preference: the first whose can_connect() accepts a peer serves it. UCX comes first
+ * because it only accepts when asked for (strata_comm_config_t.ucx). */
+static const st_transport_ops_t *const transports[] = {
+#ifdef STRATA_HAVE_UCX
+    &st_ucx_ops,
+#endif
+    &st_shm_ops, &st_tcp_ops};
+#define ST_NTP ((int)(sizeof transports / sizeof transports[0]))
+
+static int tp_index(const st_transport_ops_t *ops)
+{
+    int i = 0;
+    while (transports[i] != ops)
+        i++;
+    return i;
+}
 
 struct st_ep {
     int rank, nranks;
     long long timeout_ms;
     bool force_tcp, single_host;
+    strata_comm_ucx_t ucx;
     bool store_on_rank0; /* losing the store means losing rank 0 */
     char job_id[96], secret[128];
     uint64_t host_hash;
@@ -53,7 +69,6 @@ struct st_ep {
     bool joined; /* creation completed: a destroy is a deliberate, clean exit */
 };
 
-static const st_transport_ops_t *const transports[ST_NTP] = {&st_shm_ops, &st_tcp_ops};
 
 /* ---- small helpers ----------------------------------------------------------------------------- */
 
@@ -107,7 +122,11 @@ static uint64_t spin_ns(const st_ep_t *ep)
 int st_ep_rank(const st_ep_t *ep) { return ep->rank; }
 int st_ep_size(const st_ep_t *ep) { return ep->nranks; }
 long long st_ep_timeout_ms(const st_ep_t *ep) { return ep->timeout_ms; }
-bool st_ep_single_host(const st_ep_t *ep) { return ep->single_host && !ep->force_tcp; }
+bool st_ep_single_host(const st_ep_t *ep)
+{
+    return ep->single_host && !ep->force_tcp && ep->ucx != STRATA_COMM_UCX_ALL;
+}
+strata_comm_ucx_t st_ep_ucx(const st_ep_t *ep) { return ep->ucx; }
 bool st_ep_force_tcp(const st_ep_t *ep) { return ep->force_tcp; }
 uint64_t st_ep_host_hash(const st_ep_t *ep) { return ep->host_hash; }
 const char *st_ep_job_id(const st_ep_t *ep) { return ep->job_id; }
@@ -353,6 +372,13 @@ static strata_status_t open_store(st_ep_t *ep, const strata_comm_config_t *cfg, 
 strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, st_ep_t **out)
 {
     *out = NULL;
+#ifndef STRATA_HAVE_UCX
+    if (cfg->ucx != STRATA_COMM_UCX_OFF)
+        return st_error(STRATA_ERR_UNSUPPORTED,
+                        "the UCX transport was asked for (STRATA_COMM_TRANSPORT=%s) but this strata "
+                        "was built without UCX: install libucx-dev and rebuild (docs/comm.md)",
+                        cfg->ucx == STRATA_COMM_UCX_ALL ? "ucx" : "shm+ucx");
+#endif
     st_ep_t *ep = calloc(1, sizeof *ep);
     if (!ep)
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory creating the endpoint");
@@ -361,6 +387,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, 
     ep->nranks = cfg->nranks;
     ep->timeout_ms = cfg->timeout_ms;
     ep->force_tcp = cfg->force_tcp;
+    ep->ucx = cfg->ucx;
     ep->store_on_rank0 = cfg->store_on_rank0 || cfg->host_store;
     ep->culprit = -1;
     st_watch_init(&ep->watch, cfg->timeout_ms);
@@ -393,7 +420,7 @@ strata_status_t st_ep_create(const strata_comm_config_t *cfg, const char *path, 
     ST_TRY_GOTO(st_win_create(&ep->win), rc, fail);
 
     char tcpaddr[64] = "";
-    transports[ST_TP_TCP]->address(ep->tp[ST_TP_TCP], tcpaddr, sizeof tcpaddr);
+    st_tcp_ops.address(ep->tp[tp_index(&st_tcp_ops)], tcpaddr, sizeof tcpaddr);
     char key[32], val[800];
     snprintf(key, sizeof key, "addr/%d", ep->rank);
     int n = snprintf(val, sizeof val, "%016llx %d %s %s %s", (unsigned long long)ep->host_hash,
@@ -424,7 +451,7 @@ void st_ep_destroy(st_ep_t *ep)
     for (int i = 0; i < ep->nlive; i++) {
         st_peer_t *p = &ep->peers[ep->live[i]];
         if (p->tp)
-            p->tp->disconnect(ep, ep->tp[p->tp == &st_shm_ops ? ST_TP_SHM : ST_TP_TCP], p);
+            p->tp->disconnect(ep, ep->tp[tp_index(p->tp)], p);
     }
     if (ep->peers)
         for (int r = 0; r < ep->nranks; r++)
@@ -498,10 +525,6 @@ static void make_live(st_ep_t *ep, st_peer_t *p)
     }
 }
 
-static int tp_index(const st_transport_ops_t *ops)
-{
-    return ops == &st_shm_ops ? ST_TP_SHM : ST_TP_TCP;
-}
 
 /* Picks and connects the peer's transport on first use; both sides pick the same one. */
 static strata_status_t ensure_conn(st_ep_t *ep, st_peer_t *p)
@@ -754,7 +777,7 @@ static void sleep_once(st_ep_t *ep, int timeout_ms, bool (*done)(void *arg), voi
             shm_busy = true;
     }
     if (!need_poll) {
-        st_transport_t *shm = ep->tp[ST_TP_SHM];
+        st_transport_t *shm = ep->tp[tp_index(&st_shm_ops)];
         uint32_t seq = st_shm_sleep_begin(shm);
         bool moved = false;
         // Re-check after announcing: a peer that published before the announcement did not ring.

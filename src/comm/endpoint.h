@@ -100,6 +100,8 @@ long long st_ep_timeout_ms(const st_ep_t *ep);
 /* True when every rank of the job shares this host and shared memory is allowed. */
 bool st_ep_single_host(const st_ep_t *ep);
 bool st_ep_force_tcp(const st_ep_t *ep);
+/* Which peers the UCX transport serves (strata_comm_config_t.ucx). */
+strata_comm_ucx_t st_ep_ucx(const st_ep_t *ep);
 /* This process's host identity (host name, network namespace, boot id), hashed. */
 uint64_t st_ep_host_hash(const st_ep_t *ep);
 

@@ -13,3 +13,17 @@ set_tests_properties(mr_collectives_mem PROPERTIES LABELS "mr" TIMEOUT 900)
 add_test(NAME mr_collectives_adopt COMMAND mr_collectives small)
 set_tests_properties(mr_collectives_adopt PROPERTIES LABELS "mr" TIMEOUT 900
                      ENVIRONMENT "STRATA_SHM_ADOPT=4K")
+# The matrix over the UCX transport (STRATA_COMM_TRANSPORT=ucx), when strata is built with it: over
+# UCX's tcp with small fragments (so every message of 64 KiB and more is several fragments, fetched
+# by rendezvous and reduced one by one), and over its shared memory, the large cases too.
+if(STRATA_HAVE_UCX)
+  add_test(NAME mr_collectives_ucx_tcp COMMAND mr_collectives small)
+  set_tests_properties(mr_collectives_ucx_tcp PROPERTIES LABELS "mr" TIMEOUT 900 ENVIRONMENT
+                       "STRATA_COMM_TRANSPORT=ucx;UCX_TLS=tcp;STRATA_UCX_FRAG_BYTES=64K")
+  add_test(NAME mr_collectives_ucx_sm COMMAND mr_collectives small)
+  set_tests_properties(mr_collectives_ucx_sm PROPERTIES LABELS "mr" TIMEOUT 900 ENVIRONMENT
+                       "STRATA_COMM_TRANSPORT=ucx;UCX_TLS=sm")
+  add_test(NAME mr_collectives_ucx_sm_large COMMAND mr_collectives large)
+  set_tests_properties(mr_collectives_ucx_sm_large PROPERTIES LABELS "mr;large" TIMEOUT 900
+                       ENVIRONMENT "STRATA_COMM_TRANSPORT=ucx;UCX_TLS=sm")
+endif()

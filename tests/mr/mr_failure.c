@@ -1,5 +1,5 @@
 /* Failure behaviour: a rank killed mid-allreduce makes every other rank fail with an error naming it,
- * well within the timeout, never a hang (shm and tcp); strata_comm_abort reaches every rank; a rank
+ * well within the timeout, never a hang (shm, tcp, and UCX over its tcp and shared memory); strata_comm_abort reaches every rank; a rank
  * that never shows up gives a timeout naming who was awaited; garbage on the store port does not
  * harm the job; bad arguments return clear errors. The kill test also runs the direct allreduce,
  * on strata_mem_alloc memory and through CMA. */
@@ -454,6 +454,55 @@ static void test_stopped(void **state)
         }
 }
 
+/* The same over the UCX transport (`mr_failure ucx`, registered when strata is built with UCX): a
+ * killed rank, a stopped one, an absent one, and the echo of a failure, over UCX's tcp (which reports
+ * a dead peer itself) and its shared memory (which does not: the peer's process is watched). */
+#define UCX_ENV(tls, ms) "STRATA_COMM_TIMEOUT_MS=" #ms ";STRATA_COMM_TRANSPORT=ucx;UCX_TLS=" tls
+
+static void test_killed_ucx(void **state)
+{
+    (void)state;
+    const char *envs[] = {UCX_ENV("tcp", 20000), UCX_ENV("sm", 20000)};
+    const int sizes[] = {2, 3, 5};
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 3; i++)
+            run(killed_mid_allreduce, sizes[i], envs[e], sizes[i] - 1);
+}
+
+static void test_stopped_ucx(void **state)
+{
+    (void)state;
+    const char *envs[] = {UCX_ENV("tcp", 2000), UCX_ENV("sm", 2000)};
+    const int sizes[] = {2, 5};
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 2; i++) {
+            int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            assert_true(pid != MAP_FAILED);
+            pid[1] = sizes[i] / 2;
+            run_arg(stopped_rank, pid, sizes[i], envs[e], pid[1]);
+            munmap(pid, 4096);
+        }
+}
+
+static void test_timeout_ucx(void **state)
+{
+    (void)state;
+    run(absent_peer, 3, UCX_ENV("tcp", 2000), -1);
+    run(absent_peer, 3, UCX_ENV("sm", 2000), -1);
+}
+
+static void test_echo_not_cause_ucx(void **state)
+{
+    (void)state;
+    const char *envs[] = {UCX_ENV("tcp", 20000), UCX_ENV("sm", 20000)};
+    for (int e = 0; e < 2; e++) {
+        int *left = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        assert_true(left != MAP_FAILED);
+        run_arg(echo_not_cause, left, 3, envs[e], 2);
+        munmap(left, 4096);
+    }
+}
+
 static int free_port(void);
 
 /* Rank 0 serves the store and is stopped: the store stops answering with it. */
@@ -513,9 +562,16 @@ static void test_bad_arguments(void **state)
     run(bad_arguments, 2, NULL, -1);
 }
 
-int main(void)
+/* `mr_failure` runs every test but the UCX ones, `mr_failure ucx` only those. */
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "ucx"))
+        cmocka_set_test_filter("*_ucx");
+    else
+        cmocka_set_skip_filter("*_ucx");
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_killed_ucx),   cmocka_unit_test(test_stopped_ucx),
+        cmocka_unit_test(test_timeout_ucx),  cmocka_unit_test(test_echo_not_cause_ucx),
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
         cmocka_unit_test(test_killed_direct), cmocka_unit_test(test_echo_not_cause),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),

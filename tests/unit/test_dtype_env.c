@@ -230,6 +230,17 @@ static void test_config_default(void **state)
     cfg = strata_comm_config_default();
     assert_true(cfg.timeout_ms == 300000);
     assert_false(cfg.force_tcp);
+    assert_int_equal(cfg.ucx, STRATA_COMM_UCX_OFF);
+
+    // The UCX settings: every peer, or only peers on other hosts; case does not matter.
+    set("STRATA_COMM_TRANSPORT", "ucx");
+    cfg = strata_comm_config_default();
+    assert_int_equal(cfg.ucx, STRATA_COMM_UCX_ALL);
+    assert_false(cfg.force_tcp);
+    set("STRATA_COMM_TRANSPORT", "SHM+UCX");
+    assert_int_equal(strata_comm_config_default().ucx, STRATA_COMM_UCX_HOSTS);
+    set("STRATA_COMM_TRANSPORT", "tcp");
+    assert_int_equal(strata_comm_config_default().ucx, STRATA_COMM_UCX_OFF);
 }
 
 /* ---- config from launchers ------------------------------------------------------------------- */

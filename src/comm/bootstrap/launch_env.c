@@ -116,16 +116,23 @@ static const char *knob_default(const char *name)
     return "";
 }
 
-static bool parse_transport(const char *text, bool *force_tcp)
+static bool parse_transport(const char *text, bool *force_tcp, strata_comm_ucx_t *ucx)
 {
-    if (strcasecmp(text, "auto") == 0 || !*text) {
-        *force_tcp = false;
-        return true;
-    }
-    if (strcasecmp(text, "tcp") == 0) {
-        *force_tcp = true;
-        return true;
-    }
+    static const struct {
+        const char *name;
+        bool force_tcp;
+        strata_comm_ucx_t ucx;
+    } kinds[] = {{"auto", false, STRATA_COMM_UCX_OFF},
+                 {"", false, STRATA_COMM_UCX_OFF},
+                 {"tcp", true, STRATA_COMM_UCX_OFF},
+                 {"ucx", false, STRATA_COMM_UCX_ALL},
+                 {"shm+ucx", false, STRATA_COMM_UCX_HOSTS}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcasecmp(text, kinds[i].name) == 0) {
+            *force_tcp = kinds[i].force_tcp;
+            *ucx = kinds[i].ucx;
+            return true;
+        }
     return false;
 }
 
@@ -142,6 +149,7 @@ static strata_status_t read_knobs(strata_comm_config_t *cfg, bool strict)
         .job_id = NULL,
         .timeout_ms = -1,
         .force_tcp = false,
+        .ucx = STRATA_COMM_UCX_OFF,
     };
     const char *addr = st_knob_str("STRATA_STORE_ADDR");
     if (*addr)
@@ -164,12 +172,12 @@ static strata_status_t read_knobs(strata_comm_config_t *cfg, bool strict)
             cfg->timeout_ms = -1;
     }
     const char *tr = st_knob_str("STRATA_COMM_TRANSPORT");
-    if (!parse_transport(tr, &cfg->force_tcp)) {
+    if (!parse_transport(tr, &cfg->force_tcp, &cfg->ucx)) {
         if (strict)
-            return st_error(STRATA_ERR_INVALID_ARG, "STRATA_COMM_TRANSPORT='%s' is not auto or tcp",
-                            tr);
-        ST_LOG_WARN(ST_SUB_COMM, "STRATA_COMM_TRANSPORT='%s' is neither auto nor tcp; using auto",
-                    tr);
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "STRATA_COMM_TRANSPORT='%s' is not auto, tcp, ucx or shm+ucx", tr);
+        ST_LOG_WARN(ST_SUB_COMM,
+                    "STRATA_COMM_TRANSPORT='%s' is not auto, tcp, ucx or shm+ucx; using auto", tr);
     }
     return STRATA_OK;
 }

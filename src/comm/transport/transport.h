@@ -41,6 +41,9 @@ struct st_transport_ops {
 
 extern const st_transport_ops_t st_shm_ops;
 extern const st_transport_ops_t st_tcp_ops;
+#ifdef STRATA_HAVE_UCX
+extern const st_transport_ops_t st_ucx_ops; /* ucx.c: built only when libucx is found */
+#endif
 
 /* shm only: the process's doorbell. A sleeper announces itself with begin (which returns the bell's
  * sequence), re-checks for work, then waits until a peer rings (the sequence moves) or timeout_ms;
