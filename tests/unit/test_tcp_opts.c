@@ -91,6 +91,8 @@ static void bad_values(void **state)
         {"STRATA_TCP_KEEPALIVE", "60,0,3", "IDLE_S,INTERVAL_S,COUNT"},
         {"STRATA_TCP_KEEPALIVE", "60,10,128", "IDLE_S,INTERVAL_S,COUNT"},
         {"STRATA_TCP_KEEPALIVE", "60,,3", "IDLE_S,INTERVAL_S,COUNT"},
+        {"STRATA_TCP_KEEPALIVE", "60,10,3,", "IDLE_S,INTERVAL_S,COUNT"},
+        {"STRATA_TCP_KEEPALIVE", ",60,10,3", "IDLE_S,INTERVAL_S,COUNT"},
         {"STRATA_TCP_KEEPALIVE", "on", "IDLE_S,INTERVAL_S,COUNT"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -84,14 +84,12 @@ static strata_status_t read_keepalive(long long comm_timeout_ms, st_tcp_opts_t *
     long long f[3];
     int n = 0;
     snprintf(buf, sizeof buf, "%s", v);
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long long hi = n == 2 ? 127 : 32767;
-        if (n == 3 || !parse_int(tok, 1, hi, &f[n]))
-            n = 4;
-        else
+    size_t len = strlen(v);
+    bool ok = len > 0 && len < sizeof buf && !strstr(v, ",,") && v[0] != ',' && v[len - 1] != ',';
+    for (char *tok = strtok_r(buf, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save))
+        if ((ok = n < 3 && parse_int(tok, 1, n == 2 ? 127 : 32767, &f[n])))
             n++;
-    }
-    if (n != 3 || strlen(v) >= sizeof buf)
+    if (!ok || n != 3)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "STRATA_TCP_KEEPALIVE='%s': expected auto, off, or IDLE_S,INTERVAL_S,COUNT "
                         "(seconds 1..32767, probes 1..127), e.g. 60,10,3",
