@@ -24,7 +24,7 @@ static void defaults_follow_the_timeout(void **state)
     (void)state;
     st_tcp_opts_t o;
     assert_int_equal(st_tcp_opts_read(120000, &o), STRATA_OK);
-    assert_int_equal(o.conns, 2);
+    assert_int_equal(o.conns, 4);
     assert_int_equal(o.stripe_min, 256 << 10);
     assert_int_equal(o.bufsize, 0);
     assert_int_equal(o.user_timeout_ms, 120000);
