@@ -24,6 +24,11 @@
 #                      then unknown to them, as under a launcher; the file is still written)
 #   --torus DIMS       hosts wired as a torus instead (3x3, 2x3, 2x2x2): a shaped veth to each
 #                      neighbour at --host-mbit, routes along dimension order (bench/emu_torus.sh)
+#   --ecmp             racks are routed, not bridged: each rack is a subnet (10.99.RACK.0/24) behind
+#                      a router, joined to the other racks through two spine routers, each path
+#                      shaped to half the rack uplink; the rack routers hold multipath routes over
+#                      both spines with L4 hashing (fib_multipath_hash_policy=1), so one TCP flow
+#                      stays on one path and only several flows spread (bench/ecmp.sh; no --zones)
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
 # EMU_DIR, a scratch folder, where the cluster file is EMU_DIR/cluster.json). The script exits
@@ -42,7 +47,7 @@
 set -euo pipefail
 
 racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep="" rack_hosts=""
-path_only=0 torus=""
+path_only=0 torus="" ecmp=0
 runs=() launch=""
 while (($#)); do
     case "$1" in
@@ -58,9 +63,10 @@ while (($#)); do
     --rack-hosts) rack_hosts=$2; shift 2 ;;
     --path-only) path_only=1; shift ;;
     --torus) torus=$2; shift 2 ;;
+    --ecmp) ecmp=1; shift ;;
     --run) runs+=("$2"); shift 2 ;;
     --launch) launch=$2; shift 2 ;;
-    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +80,7 @@ for v in racks hosts rph mbit oversub zoversub; do
 done
 [[ $zones =~ ^[0-9]+$ ]] || { echo "emu_cluster: --zones must be >= 0" >&2; exit 2; }
 [[ $numbering == rr || $numbering == packed ]] || { echo "emu_cluster: --numbering rr|packed" >&2; exit 2; }
+((ecmp && zones > 0)) && { echo "emu_cluster: --ecmp does not take --zones" >&2; exit 2; }
 nz=$((zones > 0 ? zones : 1))
 if [ -n "$rack_hosts" ]; then # racks of the sizes listed
     IFS=, read -ra rsize <<<"$rack_hosts"
@@ -168,10 +175,52 @@ for ((z = 0; z < zones; z++)); do # zone bridges hang off the spine
 done
 for ((k = 0; k < nracks; k++)); do # rack bridges hang off their zone, or the spine
     bridge "${P}r$k"
+    ((ecmp)) && continue # routed instead (below)
     up="${P}sp"
     ((zones > 0)) && up="${P}z$((k / racks))"
     uplink "${P}r$k" "${P}r$k" "$up" "${rack_up[k]}"
 done
+router() { # router NS: a namespace that forwards, hashing multipath routes on L4
+    ip netns add "$1"
+    ip netns exec "$1" ip link set lo up
+    ip netns exec "$1" sysctl -qw net.ipv4.ip_forward=1
+    ip netns exec "$1" sysctl -qw net.ipv4.fib_multipath_hash_policy=1 ||
+        { echo "emu_cluster: no L4 multipath hashing here" >&2; exit 77; }
+}
+if ((ecmp)); then # rack k's router t$k: 10.99.k.1 on the rack, 10.98.k.(4j+1)/30 towards spine j
+    for j in 0 1; do router "${P}s$j"; done
+    for ((k = 0; k < nracks; k++)); do
+        t="${P}t$k"
+        router "$t"
+        link_pair "$t" rk "$FAB" "${P}t${k}d"
+        ip netns exec "$FAB" ip link set "${P}t${k}d" master "${P}r$k"
+        ip netns exec "$t" ip addr add "10.99.$k.1/24" dev rk
+        half=$((rack_up[k] / 2 > 0 ? rack_up[k] / 2 : 1))
+        for j in 0 1; do
+            link_pair "$t" "up$j" "${P}s$j" "r$k"
+            ip netns exec "$t" ip addr add "10.98.$k.$((4 * j + 1))/30" dev "up$j"
+            ip netns exec "${P}s$j" ip addr add "10.98.$k.$((4 * j + 2))/30" dev "r$k"
+            ip netns exec "${P}s$j" ip route add "10.99.$k.0/24" via "10.98.$k.$((4 * j + 1))"
+            shape "up$j" "$t" "$half" || { echo "emu_cluster: tbf unavailable" >&2; exit 77; }
+            shape "r$k" "${P}s$j" "$half"
+        done
+    done
+    for ((k = 0; k < nracks; k++)); do
+        for ((m = 0; m < nracks; m++)); do
+            ((m == k)) && continue
+            ip netns exec "${P}t$k" ip route add "10.99.$m.0/24" \
+                nexthop via "10.98.$k.2" dev up0 nexthop via "10.98.$k.6" dev up1
+        done
+    done
+fi
+host_addr() { # host number -> its address (with --ecmp: in its rack's subnet, .1 is the router)
+    if ((ecmp)); then
+        local k=${rack_of[$1]}
+        echo "10.99.$k.$(($1 - first[k] + 2))"
+    else
+        echo "10.99.$(($1 / 250)).$(($1 % 250 + 1))"
+    fi
+}
 host_path() { # host_path H: zone/rack/host of host number h
     local h=$1 k=${rack_of[$1]}
     if ((zones > 0)); then echo "zone$((k / racks))/rack$k/host$h"; else echo "rack$k/host$h"; fi
@@ -182,7 +231,12 @@ for ((h = 0; h < nhosts; h++)); do
     ip netns exec "$ns" ip link set lo up
     link_pair "$ns" eth0 "$FAB" "${P}h$h"
     ip netns exec "$FAB" ip link set "${P}h$h" master "${P}r${rack_of[h]}"
-    ip netns exec "$ns" ip addr add "10.99.$((h / 250)).$((h % 250 + 1))/16" dev eth0
+    if ((ecmp)); then
+        ip netns exec "$ns" ip addr add "$(host_addr "$h")/24" dev eth0
+        ip netns exec "$ns" ip route add default via "10.99.${rack_of[h]}.1"
+    else
+        ip netns exec "$ns" ip addr add "$(host_addr "$h")/16" dev eth0
+    fi
     shape eth0 "$ns" "$mbit"
     shape "${P}h$h" "$FAB" "$mbit"
 done
@@ -203,7 +257,7 @@ per_rank_gbps=$(awk "BEGIN{print $mbit / 8000 / $rph}")
 } >"$EMU_DIR/cluster.json"
 [ -n "$keep" ] && cp "$EMU_DIR/cluster.json" "$keep"
 
-echo "emu_cluster: $nranks ranks on $nhosts hosts in $nracks racks of $rack_desc hosts$( ((zones > 0)) && echo " ($zones zones)"); host NIC ${mbit} Mbit/s, rack uplinks $(IFS=,; echo "${rack_up[*]}") Mbit/s (${oversub}:1)$( ((zones > 0)) && echo ", zone uplinks $(IFS=,; echo "${zone_up[*]}") Mbit/s")" >&2
+echo "emu_cluster: $nranks ranks on $nhosts hosts in $nracks racks of $rack_desc hosts$( ((zones > 0)) && echo " ($zones zones)"); host NIC ${mbit} Mbit/s, rack uplinks $(IFS=,; echo "${rack_up[*]}") Mbit/s (${oversub}:1)$( ((ecmp)) && echo " as 2 ECMP paths of half that")$( ((zones > 0)) && echo ", zone uplinks $(IFS=,; echo "${zone_up[*]}") Mbit/s")" >&2
 
 order=() # host of each rank slot: round-robin across racks (rr), or racks filled in order (packed)
 if [ "$numbering" = rr ]; then
@@ -218,7 +272,6 @@ fi
 host_of_rank() { # the host number of rank r
     echo "${order[$(($1 / rph))]}"
 }
-host_addr() { echo "10.99.$(($1 / 250)).$(($1 % 250 + 1))"; } # host number -> its address
 for ((r = 0; r < nranks; r++)); do # the map emu_enter.sh and fault injectors read
     h=$(host_of_rank "$r")
     echo "$r ${P}h$h $(host_addr "$h") $(host_path "$h") $FAB ${P}h$h"

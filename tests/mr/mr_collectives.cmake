@@ -27,3 +27,11 @@ if(STRATA_HAVE_UCX)
   set_tests_properties(mr_collectives_ucx_sm_large PROPERTIES LABELS "mr;large" TIMEOUT 900
                        ENVIRONMENT "STRATA_COMM_TRANSPORT=ucx;UCX_TLS=sm")
 endif()
+# The same matrix over tcp with four connections per peer and slices down to 64 bytes, so that even
+# the small counts are striped (reductions then combine each lane's slice as it arrives).
+add_test(NAME mr_collectives_tcp4 COMMAND mr_collectives small)
+set_tests_properties(mr_collectives_tcp4 PROPERTIES LABELS "mr" TIMEOUT 900 ENVIRONMENT
+                     "STRATA_COMM_TRANSPORT=tcp;STRATA_TCP_CONNS=4;STRATA_TCP_STRIPE_MIN=64")
+add_test(NAME mr_collectives_tcp4_large COMMAND mr_collectives large)
+set_tests_properties(mr_collectives_tcp4_large PROPERTIES LABELS "mr;large" TIMEOUT 900 ENVIRONMENT
+                     "STRATA_COMM_TRANSPORT=tcp;STRATA_TCP_CONNS=4")

@@ -59,6 +59,8 @@ typedef struct hello {
     uint32_t magic;
     int32_t rank;
     uint64_t secret_hash;
+    uint32_t lane;
+    uint32_t reserved;
 } hello_t;
 
 /* Garbage kind k for a job of n ranks. */
