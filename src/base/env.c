@@ -27,7 +27,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_TCP_HELLO_MS", "2000", "a connection to a rank's tcp port that has not sent its 24-byte hello within this is closed"},
     {"STRATA_TCP_CONNS", "4", "tcp connections per peer and direction (1-16); messages of at least 2 x STRATA_TCP_STRIPE_MIN are striped over them, so ECMP spreads one transfer over several paths"},
     {"STRATA_TCP_STRIPE_MIN", "256K", "smallest slice of a striped tcp message; smaller messages stay whole on one connection"},
-    {"STRATA_TCP_USER_TIMEOUT_MS", "auto", "TCP_USER_TIMEOUT: a connection with data unacknowledged this long fails its peer (auto: twice the communicator timeout, so the census names a stopped peer first; 0: the kernel's retransmit limit, ~15 min)"},
+    {"STRATA_TCP_USER_TIMEOUT_MS", "auto", "TCP_USER_TIMEOUT: a connection with data unacknowledged this long fails its peer (auto: the communicator timeout; 0: the kernel's retransmit limit, ~15 min)"},
     {"STRATA_TCP_KEEPALIVE", "auto", "keepalive IDLE_S,INTERVAL_S,COUNT, off, or auto (idle T/4, interval T/12, 3 probes for communicator timeout T: a silent host fails at T/2)"},
     {"STRATA_UCX_FRAG_BYTES", "4M", "the UCX transport sends a message in fragments of this size (each eager or rendezvous as UCX decides; a reducing receive reduces fragment by fragment)"},
     {"STRATA_STORE_ADDR", "", "host:port of the bootstrap store (default MASTER_ADDR:MASTER_PORT)"},

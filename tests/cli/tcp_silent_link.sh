@@ -11,22 +11,9 @@
 #
 #   bash tests/cli/tcp_silent_link.sh path/to/strata
 set -u
-STRATA=${1:?usage: bash tests/cli/tcp_silent_link.sh path/to/strata}
-case $STRATA in /*) ;; *) STRATA=$PWD/$STRATA ;; esac
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NAME=tcp_silent_link
+. "$(dirname "$0")/lib/check.sh"
 EMU=$ROOT/bench/emu_cluster.sh
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-silent.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-pass=0
-fail=0
-check() { # check DESC STATUS
-    if [ "$2" -eq 0 ]; then
-        pass=$((pass + 1)); echo "ok   - $1"
-    else
-        fail=$((fail + 1)); echo "FAIL - $1"
-    fi
-}
 
 bash "$EMU" --racks 1 --hosts 1 --run true >/dev/null 2>"$TMP/probe.err"
 if [ $? -eq 77 ]; then
@@ -56,9 +43,9 @@ job ka ""
 echo "# with keepalive: $(grep -h 'error:' "$TMP/ka.err.0")"
 for r in 0 1; do
     grep -q "rank 2 .*Connection timed out" "$TMP/ka.err.$r"
-    check "rank $r fails naming rank 2 through its socket's timeout (keepalive / user timeout)" $?
+    check "rank $r fails naming rank 2 through its socket's timeout (keepalive / user timeout)" test $? -eq 0
     grep -q "PEER_FAILED\|failed" "$TMP/ka.err.$r" && ! grep -q "stopped responding" "$TMP/ka.err.$r"
-    check "rank $r: a failed peer, not the timeout's census" $?
+    check "rank $r: a failed peer, not the timeout's census" test $? -eq 0
 done
 [ $fail -eq 0 ] || for r in 0 1; do echo "--- rank $r:"; tail -5 "$TMP/ka.err.$r"; done
 
@@ -66,9 +53,8 @@ job off "STRATA_TCP_KEEPALIVE=off STRATA_TCP_USER_TIMEOUT_MS=0"
 echo "# without: $(grep -h 'error:' "$TMP/off.err.0")"
 for r in 0 1; do
     ! grep -q "Connection timed out" "$TMP/off.err.$r" && grep -q "rank 2" "$TMP/off.err.$r"
-    check "without keepalive and user timeout rank $r learns of rank 2 only from the census" $?
+    check "without keepalive and user timeout rank $r learns of rank 2 only from the census" test $? -eq 0
 done
 [ $fail -eq 0 ] || for r in 0 1; do echo "--- rank $r:"; tail -5 "$TMP/off.err.$r"; done
 
-echo "tcp_silent_link: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

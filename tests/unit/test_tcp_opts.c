@@ -27,14 +27,14 @@ static void defaults_follow_the_timeout(void **state)
     assert_int_equal(o.conns, 4);
     assert_int_equal(o.stripe_min, 256 << 10);
     assert_int_equal(o.bufsize, 0);
-    assert_int_equal(o.user_timeout_ms, 240000);
+    assert_int_equal(o.user_timeout_ms, 120000);
     // A silent host is declared dead after idle + count * interval = 30 + 3 * 10 = 60 s = T/2.
     assert_int_equal(o.keepidle_s, 30);
     assert_int_equal(o.keepintvl_s, 10);
     assert_int_equal(o.keepcnt, 3);
     // A short timeout still probes at least once a second.
     assert_int_equal(st_tcp_opts_read(2000, &o), STRATA_OK);
-    assert_int_equal(o.user_timeout_ms, 4000);
+    assert_int_equal(o.user_timeout_ms, 2000);
     assert_int_equal(o.keepidle_s, 1);
     assert_int_equal(o.keepintvl_s, 1);
     // No timeout: the kernel's retransmit limit, and keepalive after a minute.

@@ -50,11 +50,8 @@ static strata_status_t read_user_timeout(long long comm_timeout_ms, st_tcp_opts_
     const char *v = st_knob_str("STRATA_TCP_USER_TIMEOUT_MS");
     long long ms;
     if (!strcmp(v, "auto")) {
-        // Twice the timeout: a peer that is alive but not reading (stopped, swapping) fills its
-        // window, and Linux applies the user timeout to zero-window probes too; the census at the
-        // communicator timeout must name it first ("stopped responding"). A dead host is caught
-        // sooner by keepalive (T/2).
-        o->user_timeout_ms = comm_timeout_ms > 0 ? (int)ST_MIN(2 * comm_timeout_ms, 1ll << 30) : 0;
+        // Unacknowledged data for the whole timeout: any wait on it would have failed by now.
+        o->user_timeout_ms = comm_timeout_ms > 0 ? (int)ST_MIN(comm_timeout_ms, 1ll << 30) : 0;
         return STRATA_OK;
     }
     if (!parse_int(v, 0, 1 << 30, &ms))
