@@ -166,10 +166,11 @@ static void test_planner_and_communicator_agree(void **state)
         assert_true(write(fd, fc->json, strlen(fc->json)) == (ssize_t)strlen(fc->json));
         close(fd);
         // The ranks share this one machine, which the fabric spreads over hosts: without adoption
-        // of malloc buffers (STRATA_SHM_ADOPT=0) they use the same algorithms as on real hosts,
-        // where the direct ones (single-host paths that mapped memory enables) cannot run.
-        char env[160];
-        snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s;STRATA_SHM_ADOPT=0", file);
+        // of malloc buffers (STRATA_SHM_ADOPT=0) and the mailboxes (STRATA_SHM_MAILBOX=0) they use
+        // the same algorithms as on real hosts, where those single-host paths cannot run.
+        char env[200];
+        snprintf(env, sizeof env, "STRATA_TOPO_FILE=%s;STRATA_SHM_ADOPT=0;STRATA_SHM_MAILBOX=0",
+                 file);
         st_ranks_opts_t o = {.deadline_ms = 120000, .extra_env = env, .expect_fail_rank = -1};
         int rc = st_test_ranks((int)strata_topo_capacity(&topo), agree, fc, &o);
         unlink(file);
