@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness/ref.h"
@@ -217,6 +218,31 @@ static int forced_algos(int rank, int n, void *arg)
     return 0;
 }
 
+/* Every other rank sends rank 0 one message and leaves at once; rank 0 receives them only later.
+ * A send completes once its data is in the shared ring, so the sender may be gone before the
+ * receiver has mapped the ring: the data must survive that (the sender lingers until it has). */
+static int send_and_leave(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *c = st_test_comm();
+    if (rank > 0) {
+        int64_t v = 1000 + rank;
+        ST_RANK_CHECK_OK(strata_send(c, &v, 1, STRATA_DTYPE_I64, 0, 7));
+        strata_comm_destroy(c);
+        return 0;
+    }
+    struct timespec late = {0, 300 * 1000000L};
+    nanosleep(&late, NULL);
+    for (int r = 1; r < n; r++) {
+        int64_t v = -1;
+        ST_RANK_CHECK_OK(strata_recv(c, &v, 1, STRATA_DTYPE_I64, r, 7));
+        if (v != 1000 + r)
+            return ST_RANK_FAIL("from rank %d: got %lld", r, (long long)v);
+    }
+    strata_comm_destroy(c);
+    return 0;
+}
+
 static void run_all_sizes(st_rank_fn fn, const char *env)
 {
     const int sizes[] = {1, 2, 3, 5, 8};
@@ -351,6 +377,13 @@ static void test_p2p(void **state)
     run_all_sizes(p2p, NULL);
 }
 
+static void test_send_and_leave(void **state)
+{
+    (void)state;
+    run_all_sizes(send_and_leave, NULL);
+    run_all_sizes(send_and_leave, "STRATA_COMM_TRANSPORT=tcp");
+}
+
 static void test_p2p_tcp(void **state)
 {
     (void)state;
@@ -393,6 +426,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_p2p),   cmocka_unit_test(test_p2p_tcp),
+        cmocka_unit_test(test_send_and_leave),
         cmocka_unit_test(test_overlap), cmocka_unit_test(test_split),
         cmocka_unit_test(test_forced_algos), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_link_stats),

@@ -55,6 +55,7 @@ typedef struct seg_hdr {
     _Alignas(64) atomic_uint magic;
     uint32_t nslots;
     uint32_t slot_bytes;
+    atomic_uint attached; /* set by the second rank once it has mapped the segment */
 } seg_hdr_t;
 
 typedef struct slot_hdr {
@@ -300,6 +301,7 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
                           peer->rank, h->nslots, h->slot_bytes, t->nslots, t->slot_bytes);
             goto fail;
         }
+        atomic_store_explicit(&h->attached, 1, memory_order_release);
         shm_unlink(c->name); // both sides are attached: the name is no longer needed
     }
     close(fd);
@@ -332,13 +334,32 @@ fail:
     return rc;
 }
 
+/* True while what this rank sent lives only in a segment the peer has not mapped yet: unlinking
+ * the name now would lose it (a rank whose last send completed into the ring may leave before its
+ * peer, busy elsewhere, comes to read it). */
+static bool unattached_data(void *arg)
+{
+    shm_conn_t *c = arg;
+    const seg_hdr_t *h = c->base;
+    if (atomic_load_explicit(&h->attached, memory_order_acquire) ||
+        atomic_load_explicit(&c->tx->tail, memory_order_acquire) ==
+            atomic_load_explicit(&c->tx->head, memory_order_relaxed))
+        return false;
+    struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+    return c->pidfd >= 0 && !(poll(&p, 1, 0) == 1 && (p.revents & POLLIN)); // the peer lives
+}
+static bool delivered(void *arg) { return !unattached_data(arg); }
+
 static void shm_disconnect(st_ep_t *ep, st_transport_t *t, st_peer_t *peer)
 {
-    (void)ep;
     (void)t;
     shm_conn_t *c = peer->conn;
     if (!c)
         return;
+    // A clean exit lingers (bounded by the timeout) until the peer has attached: once mapped by
+    // both, the segment and its data outlive this process. A failed endpoint leaves at once.
+    if (c->created && st_ep_error(ep) == STRATA_OK)
+        wait_for(delivered, c, st_ep_timeout_ms(ep));
     if (c->created)
         shm_unlink(c->name); // the peer may never have attached
     munmap(c->base, c->size);
