@@ -16,7 +16,7 @@
 #include "base/base.h"
 #include "comm/window.h"
 
-#define MAX_MAPPED 64 /* peer regions kept mapped; the oldest is unmapped beyond this */
+#define MAX_MAPPED 64 /* peer regions kept mapped; the least recently used is unmapped beyond this */
 #define ADOPT_MIN_DEFAULT (1u << 20)
 
 typedef struct region {
@@ -36,6 +36,7 @@ typedef struct mapped {
     size_t size;
     bool adopted;
     uint32_t epoch; /* the owner's epoch when mapped (adopted regions) */
+    uint64_t used;  /* the window's clock at the last use: the least recent is unmapped first */
 } mapped_t;
 
 struct st_win {
@@ -49,7 +50,8 @@ struct st_win {
     int nregions, cap;
     uint64_t next_id;
     mapped_t mapped[MAX_MAPPED];
-    int nmapped, evict;
+    int nmapped;
+    uint64_t clock; /* counts st_win_map calls */
 };
 
 /* The kernel's PROCMAP_QUERY ioctl on /proc/self/maps (Linux 6.11; older headers lack it): the
@@ -449,6 +451,18 @@ int st_win_map_own(const st_buf_desc_t *d, void **out, size_t *size)
 
 /* Maps region `d` of `peer` whole (the owner's memfd, duplicated through a pidfd) into the cache.
  * Returns the cache entry, or NULL with errno set. */
+void st_win_describe_pair(st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d,
+                          const void *q, size_t qbytes, st_buf_desc_t *e)
+{
+    // Describing one may drop or merge regions the other's description names (two buffers in the
+    // pages of one allocation are adopted as one region): describe both again until neither moved
+    // the epoch. Each pass can only drop regions, so this ends.
+    do {
+        st_win_describe(w, p, bytes, d);
+        st_win_describe(w, q, qbytes, e);
+    } while (d->epoch != e->epoch);
+}
+
 static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d)
 {
     void *p;
@@ -458,15 +472,18 @@ static mapped_t *map_region(st_win_t *w, int peer, const st_buf_desc_t *d)
         errno = e;
         return NULL;
     }
-    if (w->nmapped == MAX_MAPPED) { // the oldest mappings go first, round robin
-        mapped_t *old = &w->mapped[w->evict];
-        munmap(old->base, old->size);
-        *old = w->mapped[--w->nmapped];
-        w->evict = (w->evict + 1) % MAX_MAPPED;
+    if (w->nmapped == MAX_MAPPED) {
+        // The least recently used goes: never one that the caller obtained in its current step
+        // (a step touches at most a few mappings per peer) and may still hold.
+        int lru = 0;
+        for (int i = 1; i < w->nmapped; i++)
+            lru = w->mapped[i].used < w->mapped[lru].used ? i : lru;
+        munmap(w->mapped[lru].base, w->mapped[lru].size);
+        w->mapped[lru] = w->mapped[--w->nmapped];
     }
     mapped_t *m = &w->mapped[w->nmapped++];
     *m = (mapped_t){.peer = peer, .region = d->region, .base = p, .size = (size_t)size,
-                    .adopted = d->adopted, .epoch = d->epoch};
+                    .adopted = d->adopted, .epoch = d->epoch, .used = w->clock};
     return m;
 }
 
@@ -476,6 +493,7 @@ int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t at, size_t 
     if (!d->region || !w->can_map || at < d->lo || at + len > d->hi)
         return 0;
     mapped_t *m = NULL;
+    w->clock++;
     for (int i = 0; i < w->nmapped; i++) {
         mapped_t *x = &w->mapped[i];
         if (x->peer != peer)
@@ -484,11 +502,11 @@ int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t at, size_t 
             // The owner has dropped adopted regions since this was mapped: let go of its memory.
             munmap(x->base, x->size);
             *x = w->mapped[--w->nmapped];
-            w->evict = 0;
             i--;
         } else if (x->region == d->region) {
             m = x;
             m->epoch = d->epoch;
+            m->used = w->clock;
         }
     }
     if (!m && !(m = map_region(w, peer, d)))

@@ -77,11 +77,19 @@ void st_win_use_maps_text(st_win_t *w);
  * Drops adopted regions whose pages have gone. */
 void st_win_describe(st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d);
 
+/* Describes two buffers that one operation uses together (a collective's send and receive
+ * buffers), both at the same epoch, so that a peer mapping one never takes the other's region for
+ * a dropped one. */
+void st_win_describe_pair(st_win_t *w, const void *p, size_t bytes, st_buf_desc_t *d,
+                          const void *q, size_t qbytes, st_buf_desc_t *e);
+
 /* Where bytes [at, at + len) of a peer's buffer can be touched directly: sets *out to the local
  * address of byte `at` (a mapped region, mapped now if need be), or to NULL when they must go
  * through st_win_copy (no region, or the range reaches outside it). `peer` (the owner's world
  * rank) keys the cache. Returns 0, or the errno when the region cannot be reached (ESRCH: the owner
- * has exited; EBADF: it freed the region; ERANGE: the region is shorter than described). */
+ * has exited; EBADF: it freed the region; ERANGE: the region is shorter than described). The
+ * address stays valid while fewer than 64 other regions are used after it (the cache unmaps the
+ * least recently used first), so a step may hold the addresses of several regions at once. */
 int st_win_map(st_win_t *w, int peer, const st_buf_desc_t *d, size_t at, size_t len, void **out);
 
 /* Maps the whole region of a peer's buffer `d` for the caller, outside the cache (the caller keeps

@@ -312,6 +312,80 @@ static void test_every_dtype_op_count(void **state)
     }
 }
 
+/* st_reduce_stream equals st_reduce in every output, for every dtype and op, at counts around the
+ * 256-byte blocks and 64-byte lines, with outputs that share the first's line offset and outputs
+ * that do not (those take plain stores); bytes around each output are untouched. */
+static void test_reduce_stream_matches(void **state)
+{
+    (void)state;
+    const size_t lens[] = {0, 1, 7, 63, 64, 65, 255, 256, 257, 1000, 4099};
+    const size_t shifts[] = {0, 8, 40}; // bytes of the second and third outputs past a line start
+    for (size_t d = 0; d < NDTYPES; d++) {
+        strata_dtype_t dt = all_dtypes[d];
+        size_t es = strata_dtype_size(dt);
+        for (size_t c = 0; c < sizeof lens / sizeof lens[0]; c++) {
+            size_t n = lens[c], bytes = n * es, cap = (bytes + 192 + 63) & ~(size_t)63;
+            char *a = malloc(bytes + es), *b = malloc(bytes + es), *want = malloc(bytes + es);
+            char *outs[3];
+            for (int k = 0; k < 3; k++)
+                outs[k] = aligned_alloc(64, cap);
+            assert_non_null(a);
+            assert_non_null(b);
+            assert_non_null(want);
+            fill_random(dt, a, n + 1);
+            fill_random(dt, b, n + 1);
+            for (size_t o = 0; o < NOPS; o++)
+                for (size_t h = 0; h < sizeof shifts / sizeof shifts[0]; h++) {
+                    // The first output starts `es` bytes into a line (a head before the lines).
+                    void *dsts[3] = {outs[0] + 64 + es, outs[1] + 64 + es, outs[2] + 64 + shifts[h]};
+                    for (int k = 0; k < 3; k++)
+                        memset(outs[k], 0x5a, cap);
+                    st_reduce(dt, all_ops[o], want, a, b, n);
+                    st_reduce_stream(dt, all_ops[o], dsts, 3, a, b, n);
+                    for (int k = 0; k < 3; k++) {
+                        char *p = dsts[k];
+                        if (memcmp(p, want, bytes) != 0)
+                            fail_msg("%s %s count %zu shift %zu: output %d differs",
+                                     strata_dtype_name(dt), strata_op_name(all_ops[o]), n,
+                                     shifts[h], k);
+                        for (char *q = outs[k]; q < outs[k] + cap; q++)
+                            if ((q < p || q >= p + bytes) && *q != 0x5a)
+                                fail_msg("%s count %zu: output %d wrote outside at %td",
+                                         strata_dtype_name(dt), n, k, q - p);
+                    }
+                }
+            for (int k = 0; k < 3; k++)
+                free(outs[k]);
+            free(a);
+            free(b);
+            free(want);
+        }
+    }
+}
+
+/* st_copy_stream equals memcpy at every head misalignment and a range of lengths. */
+static void test_copy_stream_matches(void **state)
+{
+    (void)state;
+    char *src = malloc(9000), *dst = aligned_alloc(64, 9216);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < 9000; i++)
+        src[i] = (char)(rng() & 0xff);
+    const size_t lens[] = {0, 1, 63, 64, 100, 4096, 8999};
+    for (size_t at = 0; at < 64; at += 7)
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            memset(dst, 0x5a, 9216);
+            st_copy_stream(dst + at, src, lens[l]);
+            assert_memory_equal(dst + at, src, lens[l]);
+            for (size_t i = 0; i < 9216; i++)
+                if ((i < at || i >= at + lens[l]) && dst[i] != 0x5a)
+                    fail_msg("copy of %zu at %zu wrote byte %zu", lens[l], at, i);
+        }
+    free(src);
+    free(dst);
+}
+
 static void test_zero_count_touches_nothing(void **state)
 {
     (void)state;
@@ -790,6 +864,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_dtype_op_count),
+        cmocka_unit_test(test_reduce_stream_matches),
+        cmocka_unit_test(test_copy_stream_matches),
         cmocka_unit_test(test_zero_count_touches_nothing),
         cmocka_unit_test(test_in_place_aliasing),
         cmocka_unit_test(test_avg_is_sum_then_finish),

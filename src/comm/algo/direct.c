@@ -38,12 +38,13 @@ typedef struct direct {
     int rank, nranks;
     const char *sendbuf;
     char *recvbuf;
-    size_t off, len;      /* this rank's block, bytes: its offset in the full buffers and length */
-    size_t recv_off;      /* where the block goes in this rank's recvbuf */
-    char *stage;          /* CHUNK bytes for operands that come through CMA */
-    char *sum;            /* CHUNK bytes where a streamed chunk is reduced, or NULL */
+    size_t off, len; /* this rank's block, bytes: its offset in the full buffers and length */
+    size_t recv_off; /* where the block goes in this rank's recvbuf */
+    char *stage;     /* CHUNK bytes for operands that come through CMA */
+    char *sum;       /* CHUNK bytes where a streamed chunk is reduced, or NULL */
+    void **outs;     /* [nranks]: where a streamed chunk's result goes */
     bufs_t mine;
-    bufs_t *peers;        /* [nranks], filled by the exchange */
+    bufs_t *peers; /* [nranks], filled by the exchange */
 } direct_t;
 
 static bool supports(const st_coll_args_t *a)
@@ -55,9 +56,9 @@ static bool supports(const st_coll_args_t *a)
  * cause when the store names one (the peer usually gave up after a failure elsewhere). */
 static strata_status_t unreachable(st_ep_t *ep, const int *world, int q, int err, const char *how)
 {
-    return st_ep_peer_lost(ep, world[q], "could not be reached during a direct collective (%s: %s%s)",
-                           how, strerror(err),
-                           err == EPERM ? "; STRATA_SHM_CMA=0 on every rank uses messages" : "");
+    return st_ep_peer_lost(
+        ep, world[q], "could not be reached during a direct collective (%s: %s%s)", how,
+        strerror(err), err == EPERM ? "; STRATA_SHM_CMA=0 on every rank uses messages" : "");
 }
 
 /* Peer q's input at byte `at`, `len` bytes: mapped memory, or a staged CMA copy. */
@@ -97,6 +98,25 @@ static strata_status_t peer_output(direct_t *d, st_ep_t *ep, const int *world, i
     return err ? unreachable(ep, world, q, err, "writing its buffer") : STRATA_OK;
 }
 
+/* Streamed, the last reduction of a chunk stores its result straight into every output it goes
+ * to, when all of them are mapped: out, then (allreduce) each peer's. False: some peer's output
+ * is reached through CMA (or not at all), and the result goes the long way. */
+static bool outputs_mapped(direct_t *d, st_ep_t *ep, const int *world, char *out, size_t at,
+                           size_t len, bool writes, int *nout)
+{
+    const int n = d->nranks;
+    d->outs[0] = out;
+    *nout = 1;
+    for (int k = 1; writes && k < n; k++) {
+        int q = (d->rank + k) % n;
+        void *p = NULL;
+        if (st_win_map(st_ep_window(ep), world[q], &d->peers[q].recv, at, len, &p) || !p)
+            return false;
+        d->outs[(*nout)++] = p;
+    }
+    return true;
+}
+
 static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
 {
     direct_t *d = arg;
@@ -105,21 +125,30 @@ static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *a
     const bool writes = d->coll != STRATA_COLL_REDUCE_SCATTER;
     const bool stream = d->sum != NULL;
     for (size_t c = 0; c < d->len; c += CHUNK) {
-        size_t len = ST_MIN((size_t)CHUNK, d->len - c);
+        size_t len = ST_MIN((size_t)CHUNK, d->len - c), count = len / s->esize;
         char *out = d->recvbuf + d->recv_off + c;
         const char *mine = d->sendbuf + (reduces ? d->off : 0) + c;
         const char *result = out; // where the chunk's result is once this rank has it
+        bool written = false;     // every output of the chunk holds its result
         if (reduces) {
-            char *acc = stream ? d->sum : out; // streamed: reduced in cache, then stored once
+            char *acc = stream ? d->sum : out; // streamed: partial results stay in cache
             for (int k = 1; k < n; k++) {
                 int q = (r + k) % n;
                 strata_status_t rc = STRATA_ERR_INTERNAL;
                 const void *in = peer_input(d, ep, world, q, d->off + c, len, &rc);
                 if (!in)
                     return rc;
-                st_reduce(s->dtype, s->op, acc, k == 1 ? mine : acc, in, len / s->esize);
+                const void *prev = k == 1 ? mine : acc;
+                int nout = 0;
+                if (stream && k == n - 1 &&
+                    outputs_mapped(d, ep, world, out, d->off + c, len, writes, &nout)) {
+                    st_reduce_stream(s->dtype, s->op, d->outs, nout, prev, in, count);
+                    written = true;
+                } else {
+                    st_reduce(s->dtype, s->op, acc, prev, in, count);
+                }
             }
-            if (stream)
+            if (stream && !written)
                 st_copy_stream(out, acc, len);
             result = acc;
         } else if (out != mine) {
@@ -129,7 +158,7 @@ static strata_status_t run(st_sched_t *s, st_ep_t *ep, const int *world, void *a
                 memcpy(out, mine, len);
             result = mine;
         }
-        if (writes)
+        if (writes && !written)
             for (int k = 1; k < n; k++)
                 ST_TRY(peer_output(d, ep, world, (r + k) % n, d->off + c, result, len, stream));
     }
@@ -144,16 +173,24 @@ static strata_status_t build(st_sched_t *s, const st_coll_args_t *a, size_t send
     const bool reduces = a->coll != STRATA_COLL_ALLGATHER;
     const char *mine = (const char *)a->sendbuf + (reduces ? off : 0);
     const bool stream = len >= STREAM_MIN && (const char *)a->recvbuf + recv_off != mine;
-    direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * sizeof(bufs_t) + (stream ? 2 : 1) * CHUNK);
+    direct_t *d = st_sched_scratch(s, sizeof *d + (size_t)n * (sizeof(bufs_t) + sizeof(void *)) +
+                                          (stream ? 2 : 1) * CHUNK);
     if (!d)
         return s->build_rc;
-    *d = (direct_t){.coll = a->coll, .rank = r, .nranks = n, .sendbuf = a->sendbuf,
-                    .recvbuf = a->recvbuf, .off = off, .len = len, .recv_off = recv_off,
+    *d = (direct_t){.coll = a->coll,
+                    .rank = r,
+                    .nranks = n,
+                    .sendbuf = a->sendbuf,
+                    .recvbuf = a->recvbuf,
+                    .off = off,
+                    .len = len,
+                    .recv_off = recv_off,
                     .peers = (bufs_t *)(d + 1)};
-    d->stage = (char *)(d->peers + n);
+    d->outs = (void **)(d->peers + n);
+    d->stage = (char *)(d->outs + n);
     d->sum = stream ? d->stage + CHUNK : NULL;
-    st_win_describe(a->win, a->sendbuf, send_bytes, &d->mine.send);
-    st_win_describe(a->win, a->recvbuf, recv_bytes, &d->mine.recv);
+    st_win_describe_pair(a->win, a->sendbuf, send_bytes, &d->mine.send, a->recvbuf, recv_bytes,
+                         &d->mine.recv);
     for (int k = 1; k < n; k++) {
         st_sched_recv(s, (r - k + n) % n, 0, &d->peers[(r - k + n) % n], sizeof(bufs_t));
         st_sched_send(s, (r + k) % n, 0, &d->mine, sizeof(bufs_t));
@@ -195,12 +232,24 @@ static strata_status_t allgather_direct(st_sched_t *s, const st_coll_args_t *a)
 }
 
 const st_algo_t st_algo_allreduce_direct = {
-    "direct", "one host: each rank reduces its block straight from its peers' buffers and writes "
+    "direct",
+    "one host: each rank reduces its block straight from its peers' buffers and writes "
     "the result into theirs (one copy per byte)",
-    STRATA_COLL_ALLREDUCE, STRATA_ALGO_DIRECT, supports, allreduce_direct};
+    STRATA_COLL_ALLREDUCE,
+    STRATA_ALGO_DIRECT,
+    supports,
+    allreduce_direct};
 const st_algo_t st_algo_reduce_scatter_direct = {
-    "direct", "one host: each rank reduces its block straight from its peers' buffers",
-    STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_DIRECT, supports, reduce_scatter_direct};
+    "direct",
+    "one host: each rank reduces its block straight from its peers' buffers",
+    STRATA_COLL_REDUCE_SCATTER,
+    STRATA_ALGO_DIRECT,
+    supports,
+    reduce_scatter_direct};
 const st_algo_t st_algo_allgather_direct = {
-    "direct", "one host: each rank writes its block straight into its peers' buffers",
-    STRATA_COLL_ALLGATHER, STRATA_ALGO_DIRECT, supports, allgather_direct};
+    "direct",
+    "one host: each rank writes its block straight into its peers' buffers",
+    STRATA_COLL_ALLGATHER,
+    STRATA_ALGO_DIRECT,
+    supports,
+    allgather_direct};
