@@ -29,6 +29,16 @@
 #                      shaped to half the rack uplink; the rack routers hold multipath routes over
 #                      both spines with L4 hashing (fib_multipath_hash_policy=1), so one TCP flow
 #                      stays on one path and only several flows spread (bench/ecmp.sh; no --zones)
+#   --switch-nodes     one more host per rack, plugged into the rack's bridge where the switch's own
+#                      memory would sit (NetDAM; strata pool nodes): namespace PREFIXp<RACK>, address
+#                      10.99.200.<RACK+1>, its link shaped to --switch-mbit (default: the rack's hosts
+#                      times --host-mbit, so it keeps up with every host of its rack at once). Listed
+#                      in $EMU_DIR/switches (RACK NAMESPACE ADDRESS); the ranks get EMU_SWITCHES, the
+#                      addresses in rack order, comma-separated (tree shapes only)
+#   --switch-run CMD   run CMD in every switch node (SWITCH=rack, SWITCH_ADDR set) before the ranks
+#                      start, in the background until the end; needs --switch-nodes
+#   --queue-bytes B    every shaped link queues at most B bytes (tbf limit) instead of 200 ms worth:
+#                      a small B makes bursts overflow and drop packets, real loss (no netem here)
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
 # EMU_DIR, a scratch folder, where the cluster file is EMU_DIR/cluster.json). The script exits
@@ -47,7 +57,7 @@
 set -euo pipefail
 
 racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep="" rack_hosts=""
-path_only=0 torus="" ecmp=0
+path_only=0 torus="" ecmp=0 switches=0 switch_mbit="" switch_run="" queue=""
 runs=() launch=""
 while (($#)); do
     case "$1" in
@@ -64,9 +74,13 @@ while (($#)); do
     --path-only) path_only=1; shift ;;
     --torus) torus=$2; shift 2 ;;
     --ecmp) ecmp=1; shift ;;
+    --switch-nodes) switches=1; shift ;;
+    --switch-mbit) switch_mbit=$2; shift 2 ;;
+    --switch-run) switch_run=$2; shift 2 ;;
+    --queue-bytes) queue=$2; shift 2 ;;
     --run) runs+=("$2"); shift 2 ;;
     --launch) launch=$2; shift 2 ;;
-    -h | --help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h | --help) sed -n "2,$(grep -n '^# Exit status 77' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
     *) echo "emu_cluster: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -81,6 +95,14 @@ done
 [[ $zones =~ ^[0-9]+$ ]] || { echo "emu_cluster: --zones must be >= 0" >&2; exit 2; }
 [[ $numbering == rr || $numbering == packed ]] || { echo "emu_cluster: --numbering rr|packed" >&2; exit 2; }
 ((ecmp && zones > 0)) && { echo "emu_cluster: --ecmp does not take --zones" >&2; exit 2; }
+if ((switches)); then
+    [ -z "$torus" ] && ((!ecmp)) || { echo "emu_cluster: --switch-nodes needs a tree (no --torus, --ecmp)" >&2; exit 2; }
+    [ -z "$switch_mbit" ] || [[ $switch_mbit =~ ^[1-9][0-9]*$ ]] ||
+        { echo "emu_cluster: --switch-mbit must be a positive integer" >&2; exit 2; }
+else
+    [ -z "$switch_run$switch_mbit" ] || { echo "emu_cluster: --switch-run and --switch-mbit need --switch-nodes" >&2; exit 2; }
+fi
+[ -z "$queue" ] || [[ $queue =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --queue-bytes must be a positive integer" >&2; exit 2; }
 nz=$((zones > 0 ? zones : 1))
 if [ -n "$rack_hosts" ]; then # racks of the sizes listed
     IFS=, read -ra rsize <<<"$rack_hosts"
@@ -127,7 +149,9 @@ trap 'exit 130' INT TERM
 shape() { # shape DEV NS MBIT: tbf on DEV's egress
     local rate_bps=$(($3 * 1000000 / 8)) burst
     burst=$((rate_bps / 100 > 131072 ? rate_bps / 100 : 131072)) # >= rate/HZ, >= one GSO frame
-    ip netns exec "$2" tc qdisc add dev "$1" root tbf rate "$3mbit" burst "$burst" latency 200ms
+    local room=(latency 200ms)
+    [ -n "$queue" ] && room=(limit "$queue")
+    ip netns exec "$2" tc qdisc add dev "$1" root tbf rate "$3mbit" burst "$burst" "${room[@]}"
 }
 
 link_pair() { # link_pair NS_A DEV_A NS_B DEV_B
@@ -241,6 +265,22 @@ for ((h = 0; h < nhosts; h++)); do
     shape "${P}h$h" "$FAB" "$mbit"
 done
 
+: >"$EMU_DIR/switches"
+for ((k = 0; switches && k < nracks; k++)); do # a node beside each rack's switch
+    ns="${P}p$k"
+    ip netns add "$ns"
+    ip netns exec "$ns" ip link set lo up
+    link_pair "$ns" eth0 "$FAB" "${P}p$k"
+    ip netns exec "$FAB" ip link set "${P}p$k" master "${P}r$k"
+    ip netns exec "$ns" ip addr add "10.99.200.$((k + 1))/16" dev eth0
+    sw=${switch_mbit:-$((rsize[k] * mbit))}
+    shape eth0 "$ns" "$sw"
+    shape "${P}p$k" "$FAB" "$sw"
+    echo "$k $ns 10.99.200.$((k + 1))" >>"$EMU_DIR/switches"
+done
+EMU_SWITCHES=$(awk '{print $3}' "$EMU_DIR/switches" | paste -sd, -)
+export EMU_SWITCHES
+
 # The cluster file: the levels and their links as built (bandwidth per rank, per direction).
 per_rank_gbps=$(awk "BEGIN{print $mbit / 8000 / $rph}")
 {
@@ -296,6 +336,12 @@ fi
 
 topo_file=$EMU_DIR/cluster.json
 ((path_only)) && topo_file=""
+if [ -n "$switch_run" ]; then # the switch nodes' programs run until the teardown kills them
+    while read -r k ns addr; do
+        ip netns exec "$ns" env SWITCH="$k" SWITCH_ADDR="$addr" bash -c "$switch_run" &
+        disown # killed by the teardown, quietly
+    done <"$EMU_DIR/switches"
+fi
 port=$((20000 + $$ % 20000))
 status=0
 for cmd in "${runs[@]}"; do

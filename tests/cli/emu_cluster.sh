@@ -10,7 +10,8 @@
 # at rank 0's host, a collective over the emulated links is right, a rank that kills itself is
 # named by the launcher's verdict (the pid it watches is the rank's), and SIGTERM to the script
 # reaches the launcher, which stops the trainer with a final checkpoint, and leaves no namespace
-# behind. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
+# behind. With --switch-nodes the job's store runs on the node beside rack 0's switch, and
+# --queue-bytes sets every link's queue. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
 #
 #   bash tests/cli/emu_cluster.sh path/to/strata
 set -u
@@ -81,6 +82,20 @@ bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --
 check "3 levels (2 zones x 2 racks x 1 host x 2 ranks): collectives ran" $?
 [ "$(grep -c 'all results correct' "$out")" -eq 2 ]
 check "3 levels: every result correct" $?
+
+# --switch-nodes: a host beside each rack's switch, here serving the job's store; --queue-bytes
+# shrinks every link's queue.
+out=$TMP/switch.txt
+bash "$EMU" --racks 2 --hosts 1 --switch-nodes --queue-bytes 30000 \
+    --switch-run "$STRATA store --addr 0.0.0.0:29611 --secret sw" \
+    --run "[ \"\$EMU_SWITCHES\" = 10.99.200.1,10.99.200.2 ] || exit 9; MASTER_ADDR=\${EMU_SWITCHES%%,*} \
+           MASTER_PORT=29611 STRATA_STORE_EXTERNAL=1 STRATA_SECRET=sw $B allreduce --sizes 1M -n 2 -w 1 \
+           && tc qdisc show dev eth0" >"$out" 2>&1
+check "--switch-nodes: ranks of both racks reach the store on rack 0's switch node" $?
+grep -q "all results correct" "$out"
+check "--switch-nodes: the allreduce is correct" $?
+[ "$(grep -c 'tbf .* limit 30000b' "$out")" -eq 2 ]
+check "--queue-bytes: the hosts' links queue 30000 bytes" $?
 
 # --launch: the ranks of one `strata launch` enter their hosts.
 cat >"$TMP/whoami.sh" <<'EOF2'
