@@ -90,6 +90,12 @@ STRATA_API strata_status_t strata_pool_read(strata_pool_t *pool, uint64_t addr, 
                                             size_t bytes);
 STRATA_API strata_status_t strata_pool_write(strata_pool_t *pool, uint64_t addr, const void *buf,
                                              size_t bytes);
+/* Reads / writes bytes at an address in node i's own memory (not interleaved): how the ranks of an
+ * allreduce place their buffers in the blocks a route names. */
+STRATA_API strata_status_t strata_pool_read_node(strata_pool_t *pool, int node, uint64_t addr,
+                                                 void *buf, size_t bytes);
+STRATA_API strata_status_t strata_pool_write_node(strata_pool_t *pool, int node, uint64_t addr,
+                                                  const void *buf, size_t bytes);
 /* pool[addr..] += buf elementwise (count elements of dtype), exactly once per element even when
  * packets are lost or duplicated. addr must be a multiple of the element size. */
 STRATA_API strata_status_t strata_pool_add(strata_pool_t *pool, uint64_t addr, const void *buf,

@@ -319,6 +319,51 @@ static strata_status_t split(strata_pool_t *p, const char *what, uint64_t addr, 
     return STRATA_OK;
 }
 
+/* Splits [addr, addr + bytes) of node i's own memory into block-sized items. */
+static strata_status_t split_node(strata_pool_t *p, const char *what, int node, uint64_t addr,
+                                  size_t bytes, item_t **out, size_t *n)
+{
+    if (node < 0 || node >= p->n)
+        return st_error(STRATA_ERR_INVALID_ARG, "pool %s: node %d of %d", what, node, p->n);
+    if (addr > p->node_bytes[node] || bytes > p->node_bytes[node] - addr)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "pool %s of %zu bytes at %llu: outside node %s's %llu bytes", what, bytes,
+                        (unsigned long long)addr, p->name[node],
+                        (unsigned long long)p->node_bytes[node]);
+    size_t cnt = (bytes + p->block - 1) / p->block;
+    item_t *it = calloc(cnt ? cnt : 1, sizeof *it);
+    if (!it)
+        return st_error(STRATA_ERR_NO_MEMORY, "pool %s: out of memory", what);
+    for (size_t i = 0; i < cnt; i++)
+        it[i] = (item_t){.node = node, .laddr = addr + i * p->block, .off = i * p->block,
+                         .len = ST_MIN(p->block, bytes - i * p->block)};
+    *out = it;
+    *n = cnt;
+    return STRATA_OK;
+}
+
+static strata_status_t node_op(strata_pool_t *p, uint8_t kind, int node, uint64_t addr,
+                               const void *src, void *dst, size_t bytes)
+{
+    op_t o = {.p = p, .kind = kind, .flow = ++p->flow, .src = src, .dst = dst};
+    ST_TRY(split_node(p, kind == PL_READ ? "read" : "write", node, addr, bytes, &o.items, &o.n));
+    strata_status_t rc = run(&o);
+    free(o.items);
+    return rc;
+}
+
+strata_status_t strata_pool_read_node(strata_pool_t *p, int node, uint64_t addr, void *buf,
+                                      size_t bytes)
+{
+    return node_op(p, PL_READ, node, addr, NULL, buf, bytes);
+}
+
+strata_status_t strata_pool_write_node(strata_pool_t *p, int node, uint64_t addr, const void *buf,
+                                       size_t bytes)
+{
+    return node_op(p, PL_WRITE, node, addr, buf, NULL, bytes);
+}
+
 static strata_status_t global_op(strata_pool_t *p, uint8_t kind, uint8_t dtype, uint64_t addr,
                                  const void *src, void *dst, size_t bytes)
 {
