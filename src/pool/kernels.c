@@ -37,7 +37,6 @@ void pk_add_bf16(uint16_t *restrict dst, const uint16_t *restrict src, size_t n)
 
 void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes)
 {
-    // memcpy through aligned scratch is not needed: node memory and payload buffers are aligned.
     if (dtype == STRATA_POOL_F32)
         pk_add_f32(dst, src, bytes / 4);
     else if (dtype == STRATA_POOL_BF16)
