@@ -494,6 +494,127 @@ static void test_allreduce_to_every_rank(void **state)
     allreduce_check(0.1, 0.1, 0.1);
 }
 
+/* A destination that misses a block asks the origin for it (NACK) and still gets the whole result.
+ * A relay stands in for the destination's address: it passes everything between the receiver and
+ * the origin (rewriting the origin in RESULT headers to itself) and drops the first copy of one
+ * block. The origin already holds every block and waits only for the destination's DONE, so
+ * nothing but the NACK repair can complete the receive. */
+typedef struct relay {
+    int fd, receiver_port;
+    struct sockaddr_in origin;
+    bool have_origin;
+    atomic_int stop, dropped;
+} relay_t;
+
+static void *relay_main(void *arg)
+{
+    relay_t *r = arg;
+    static uint8_t buf[PL_MAX_DGRAM];
+    struct sockaddr_in self, recv_addr = {.sin_family = AF_INET,
+                                          .sin_port = htons((uint16_t)r->receiver_port),
+                                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof self;
+    getsockname(r->fd, (struct sockaddr *)&self, &sl);
+    self.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (!atomic_load(&r->stop)) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        ssize_t n = recvfrom(r->fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+        if (n < 0) {
+            usleep(1000);
+            continue;
+        }
+        if (from.sin_port == recv_addr.sin_port) { // receiver -> origin (NACK, DONE)
+            if (r->have_origin)
+                sendto(r->fd, buf, (size_t)n, 0, (struct sockaddr *)&r->origin, sizeof r->origin);
+            continue;
+        }
+        if (n >= PL_HDR && buf[4] == PL_RESULT) {
+            r->origin = (struct sockaddr_in){.sin_family = AF_INET};
+            memcpy(&r->origin.sin_addr.s_addr, buf + 40, 4);
+            memcpy(&r->origin.sin_port, buf + 44, 2);
+            r->have_origin = true;
+            memcpy(buf + 40, &self.sin_addr.s_addr, 4); // replies go through the relay
+            memcpy(buf + 44, &self.sin_port, 2);
+            uint32_t seq;
+            memcpy(&seq, buf + 20, 4);
+            if (seq == 3 && atomic_fetch_add(&r->dropped, 1) == 0)
+                continue; // the first copy of block 3 is lost
+        }
+        sendto(r->fd, buf, (size_t)n, 0, (struct sockaddr *)&recv_addr, sizeof recv_addr);
+    }
+    return NULL;
+}
+
+typedef struct receiver_arg {
+    node_thread_t *t;
+    strata_pool_t *p;
+    float *out;
+    size_t count;
+    strata_status_t rc;
+    char err[256];
+} receiver_arg_t;
+
+static void *receiver_main(void *arg)
+{
+    receiver_arg_t *a = arg;
+    a->rc = strata_pool_receive(a->p, a->out, a->count, STRATA_POOL_F32);
+    if (a->rc != STRATA_OK)
+        snprintf(a->err, sizeof a->err, "%s", strata_last_error());
+    return NULL;
+}
+
+static void test_receiver_repairs_by_nack(void **state)
+{
+    (void)state;
+    node_thread_t t[2] = {0};
+    start_nodes(t, 2, 0, 0, 0);
+    strata_pool_t *origin = open_pool(t, 2, LONG_MS), *dest = open_pool(t, 2, LONG_MS);
+    size_t count = 8 * 2048;
+    float *src = malloc(count * 4), *blk = malloc(count * 4), *ref = malloc(count * 4),
+          *got = malloc(count * 4), *mine = malloc(count * 4);
+    fill(src, count, 61);
+    fill(blk, count, 62);
+    assert_int_equal(strata_pool_write_node(origin, 0, 0, blk, count * 4), STRATA_OK);
+    assert_int_equal(strata_pool_write_node(origin, 1, 0, blk, count * 4), STRATA_OK);
+    for (size_t i = 0; i < count; i++)
+        ref[i] = (src[i] + blk[i]) + blk[i];
+    relay_t r = {.receiver_port = strata_pool_port(dest)};
+    r.fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in any = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(r.fd, (struct sockaddr *)&any, sizeof any), 0);
+    socklen_t sl = sizeof any;
+    getsockname(r.fd, (struct sockaddr *)&any, &sl);
+    char relay_addr[32];
+    snprintf(relay_addr, sizeof relay_addr, "127.0.0.1:%d", ntohs(any.sin_port));
+    pthread_t relay_tid, recv_tid;
+    receiver_arg_t ra = {.t = t, .p = dest, .out = got, .count = count};
+    assert_int_equal(pthread_create(&relay_tid, NULL, relay_main, &r), 0);
+    assert_int_equal(pthread_create(&recv_tid, NULL, receiver_main, &ra), 0);
+    strata_pool_hop_t route[2] = {{0, 0}, {1, 0}};
+    const char *dests[1] = {relay_addr};
+    strata_pool_reduce_t op = {.src = src, .dst = mine, .count = count, .dtype = STRATA_POOL_F32,
+                               .route = route, .hops = 2, .dests = dests, .ndests = 1};
+    strata_status_t rc = strata_pool_reduce(origin, &op);
+    char err[256];
+    snprintf(err, sizeof err, "%s", rc ? strata_last_error() : "");
+    pthread_join(recv_tid, NULL);
+    atomic_store(&r.stop, 1);
+    pthread_join(relay_tid, NULL);
+    close(r.fd);
+    if (rc != STRATA_OK)
+        fail_msg("origin: %s", err);
+    if (ra.rc != STRATA_OK)
+        fail_msg("receiver: %s", ra.err);
+    assert_true(atomic_load(&r.dropped) >= 1);
+    assert_memory_equal(mine, ref, count * 4);
+    assert_memory_equal(got, ref, count * 4);
+    strata_pool_close(origin);
+    strata_pool_close(dest);
+    stop_nodes(t, 2);
+    free(src), free(blk), free(ref), free(got), free(mine);
+}
+
 /* ---- failures ------------------------------------------------------------------------------------ */
 
 /* A node that stops answering mid-operation: the call fails, naming it, within its timeout. */
@@ -603,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_small_mtu),
         cmocka_unit_test(test_faults_exact),
         cmocka_unit_test(test_allreduce_to_every_rank),
+        cmocka_unit_test(test_receiver_repairs_by_nack),
         cmocka_unit_test(test_dead_node_named),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_malformed_datagrams),
