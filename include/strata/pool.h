@@ -73,7 +73,8 @@ typedef enum strata_pool_dtype {
 /* Opens a client on nodes[0..n) ("ADDR:PORT" each), authenticating with the secret (NULL: the empty
  * one) and discovering the path MTU, which sets the block size (at most 8192 bytes, the 2048
  * float32 of a 9000-byte frame; STRATA_POOL_MTU forces a smaller MTU). Every later call fails
- * within timeout_ms of silence (< 0: STRATA_POOL_TIMEOUT_MS) with an error naming the node. */
+ * after timeout_ms of silence (< 0: STRATA_POOL_TIMEOUT_MS) with an error naming the node; a
+ * reduction then asks each hop in turn (up to half the timeout) to name the silent one. */
 STRATA_API strata_status_t strata_pool_open(const char *const *nodes, int n, const char *secret,
                                             long long timeout_ms, strata_pool_t **out);
 STRATA_API void strata_pool_close(strata_pool_t *pool);

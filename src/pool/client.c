@@ -232,7 +232,7 @@ static strata_status_t name_silent_hop(op_t *o)
     strata_pool_t *p = o->p;
     const strata_pool_reduce_t *r = o->red;
     long long saved = p->timeout_ms;
-    p->timeout_ms = ST_MAX(p->retry_ms * 4, ST_MIN(saved, 1000));
+    p->timeout_ms = ST_MAX(p->retry_ms * 4, saved / 2); // a live hop answers at once
     int silent = -1;
     for (int k = 0; k < r->hops && silent < 0; k++) {
         strata_pool_stats_t s;
