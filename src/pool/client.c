@@ -1,6 +1,6 @@
-/* The pool client: authenticates to every node, maps the interleaved global address space onto
- * them, and runs each operation as a window of sequenced packets retransmitted until answered
- * (docs/pool.md). A call fails within the timeout of silence, naming the node that went quiet. */
+/* The pool client: authenticates to every node (HELLO challenge-response), discovers the block
+ * size from the path MTU, and maps the interleaved global address space onto the nodes for
+ * read, write, add and stats (docs/pool.md). The engine is engine.c, reductions reduce.c. */
 #include <arpa/inet.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -9,286 +9,11 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "pool/client.h"
 #include "pool/kernels.h"
-#include "pool/net.h"
 #include "pool/node.h"
-#include "pool/proto.h"
 
-#define RX_BATCH 32
-#define TX_BATCH 64
 #define IP_UDP_HDR 28
-
-struct strata_pool {
-    int fd, n;
-    struct sockaddr_in *addr;
-    char (*name)[32];
-    uint64_t *token, *node_bytes;
-    size_t block;
-    uint64_t capacity;
-    long long timeout_ms, retry_ms;
-    int window;
-    uint32_t flow;
-    float zero_threshold;
-    pn_dgram_t *rx, *tx;
-    int ntx;
-    /* The last reduction received as a destination, so its late copies are not taken for a new one. */
-    struct sockaddr_in last_origin;
-    uint32_t last_flow;
-};
-
-/* One packet of an operation and its answer. */
-typedef struct item {
-    int node;
-    uint64_t laddr; /* node-local address (read/write/add) */
-    size_t off, len; /* bytes of the caller's buffer */
-    uint64_t sent_ns;
-    bool sent, done;
-} item_t;
-
-typedef struct op {
-    strata_pool_t *p;
-    uint8_t kind, dtype;
-    uint32_t flow;
-    item_t *items;
-    size_t n, ndone, next;
-    const uint8_t *src;
-    uint8_t *dst;
-    const strata_pool_reduce_t *red;
-    struct sockaddr_in dests[STRATA_POOL_MAX_DESTS];
-    bool dest_done[STRATA_POOL_MAX_DESTS];
-    int ndests_done;
-    strata_pool_stats_t *stats;
-    strata_status_t err;
-} op_t;
-
-/* ---- sending and receiving ----------------------------------------------------------------------- */
-
-static void flush(strata_pool_t *p)
-{
-    pn_send_batch(p->fd, p->tx, p->ntx);
-    p->ntx = 0;
-}
-
-static void queue(strata_pool_t *p, const struct sockaddr_in *to, pl_hdr_t h, const pl_hop_t *hops,
-                  const pl_dest_t *dests, const void *payload, uint8_t zero_dtype)
-{
-    if (p->ntx == TX_BATCH)
-        flush(p);
-    size_t plen = payload ? h.len : 0;
-    if (plen && (h.op == PL_WRITE || h.op == PL_ADD || h.op == PL_REDUCE) &&
-        pk_is_zero(zero_dtype, payload, plen, h.op == PL_WRITE ? 0.0f : p->zero_threshold)) {
-        h.flags |= PL_F_ZERO;
-        plen = 0;
-    }
-    pn_dgram_t *d = &p->tx[p->ntx++];
-    d->len = pl_encode(d->buf, &h, hops, dests, payload, plen);
-    d->addr = *to;
-}
-
-/* Waits up to wait_ms for datagrams and hands each valid one to fn; returns how many fn accepted
- * as progress. */
-typedef bool (*on_msg_fn)(void *ctx, const pl_msg_t *m, const struct sockaddr_in *from);
-
-static int receive(strata_pool_t *p, long long wait_ms, on_msg_fn fn, void *ctx)
-{
-    flush(p);
-    struct pollfd pfd = {.fd = p->fd, .events = POLLIN};
-    if (poll(&pfd, 1, (int)ST_MIN(wait_ms, INT_MAX)) <= 0)
-        return 0;
-    int progress = 0;
-    for (int rounds = 0; rounds < 16; rounds++) {
-        int r = pn_recv_batch(p->fd, p->rx, RX_BATCH);
-        for (int i = 0; i < r; i++) {
-            pl_msg_t m;
-            if (p->rx[i].len != SIZE_MAX && pl_decode(p->rx[i].buf, p->rx[i].len, &m))
-                progress += fn(ctx, &m, &p->rx[i].addr);
-        }
-        if (r < RX_BATCH)
-            break;
-    }
-    flush(p); // what the handlers queued (resends, acknowledgements)
-    return progress;
-}
-
-static bool same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
-{
-    return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
-}
-
-/* ---- the operation engine ------------------------------------------------------------------------ */
-
-static void send_item(op_t *o, size_t i)
-{
-    strata_pool_t *p = o->p;
-    item_t *it = &o->items[i];
-    pl_hdr_t h = {.op = o->kind, .dtype = o->dtype, .flow = o->flow, .seq = (uint32_t)i,
-                  .addr = it->laddr, .len = (uint32_t)it->len};
-    const void *payload = o->src ? o->src + it->off : NULL;
-    if (o->kind == PL_REDUCE) {
-        const strata_pool_reduce_t *r = o->red;
-        pl_hop_t hops[STRATA_POOL_MAX_HOPS];
-        pl_dest_t dests[STRATA_POOL_MAX_DESTS];
-        for (int k = 0; k < r->hops; k++) {
-            int nd = r->route[k].node;
-            hops[k] = (pl_hop_t){p->addr[nd].sin_addr.s_addr, p->addr[nd].sin_port, p->token[nd],
-                                 r->route[k].addr + it->off};
-        }
-        for (int k = 0; k < r->ndests; k++)
-            dests[k] = (pl_dest_t){o->dests[k].sin_addr.s_addr, o->dests[k].sin_port};
-        h.hops = (uint8_t)r->hops;
-        h.ndest = (uint8_t)r->ndests;
-        h.flags = r->store ? PL_F_STORE : 0;
-        h.token = hops[0].token;
-        h.addr = it->off;
-        h.aux = (uint32_t)o->n;
-        queue(p, &p->addr[it->node], h, hops, dests, payload, o->dtype);
-    } else {
-        h.token = p->token[it->node];
-        if (o->kind == PL_STATS)
-            h.len = 0;
-        queue(p, &p->addr[it->node], h, NULL, NULL, o->kind == PL_READ ? NULL : payload,
-              o->kind == PL_ADD ? o->dtype : 0);
-    }
-    it->sent = true;
-    it->sent_ns = st_now_ns();
-}
-
-static const char *error_text(uint32_t code)
-{
-    return code == PL_E_RANGE   ? "the block lies outside its memory"
-           : code == PL_E_ALIGN ? "the address is not aligned to the element size"
-                                : "it refused the request";
-}
-
-static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *from)
-{
-    op_t *o = ctx;
-    strata_pool_t *p = o->p;
-    const pl_hdr_t *h = &m->h;
-    if (h->flow != o->flow)
-        return false; // a late copy from an earlier operation
-    char who[32];
-    if (h->op == PL_ERROR) {
-        if (!o->err)
-            o->err = st_error(STRATA_ERR_REMOTE, "pool node %s rejected packet %u: %s",
-                              pn_format(from, who, sizeof who), h->seq, error_text(h->aux));
-        return true;
-    }
-    if (o->kind == PL_REDUCE && h->op == PL_NACK) { // a destination asks for blocks again
-        for (size_t k = 0; k + 4 <= m->payload_len; k += 4) {
-            uint32_t s;
-            memcpy(&s, m->payload + k, 4);
-            if (s < o->n)
-                send_item(o, s);
-        }
-        return false;
-    }
-    if (o->kind == PL_REDUCE && h->op == PL_DONE) {
-        pl_hdr_t ack = {.op = PL_ACK, .flow = o->flow};
-        queue(p, from, ack, NULL, NULL, NULL, 0);
-        for (int k = 0; k < o->red->ndests; k++)
-            if (!o->dest_done[k] && same_addr(&o->dests[k], from)) {
-                o->dest_done[k] = true;
-                o->ndests_done++;
-                return true;
-            }
-        return false;
-    }
-    if (h->seq >= o->n || o->items[h->seq].done)
-        return false;
-    item_t *it = &o->items[h->seq];
-    uint8_t expect = o->kind == PL_READ     ? PL_READ_REPLY
-                     : o->kind == PL_REDUCE ? PL_RESULT
-                     : o->kind == PL_STATS  ? PL_STATS_REPLY
-                                            : PL_ACK;
-    if (h->op != expect)
-        return false;
-    if (h->op == PL_READ_REPLY || h->op == PL_RESULT) {
-        uint64_t off = h->op == PL_RESULT ? h->addr : it->laddr;
-        if (h->len != it->len || off != (h->op == PL_RESULT ? it->off : it->laddr))
-            return false;
-        if (o->dst) {
-            if (h->flags & PL_F_ZERO)
-                memset(o->dst + it->off, 0, it->len);
-            else
-                memcpy(o->dst + it->off, m->payload, it->len);
-        }
-    } else if (h->op == PL_STATS_REPLY) {
-        uint64_t v[PL_STATS_FIELDS];
-        if (m->payload_len != sizeof v)
-            return false;
-        memcpy(v, m->payload, sizeof v);
-        pl_stats_unpack(v, o->stats);
-    }
-    it->done = true;
-    o->ndone++;
-    return true;
-}
-
-/* Which hop of a reduction is silent: asks each for its counters; the first that does not answer
- * is named. */
-static strata_status_t name_silent_hop(op_t *o)
-{
-    strata_pool_t *p = o->p;
-    const strata_pool_reduce_t *r = o->red;
-    long long saved = p->timeout_ms;
-    p->timeout_ms = ST_MAX(p->retry_ms * 4, saved / 2); // a live hop answers at once
-    int silent = -1;
-    for (int k = 0; k < r->hops && silent < 0; k++) {
-        strata_pool_stats_t s;
-        if (strata_pool_stats(p, r->route[k].node, &s) != STRATA_OK)
-            silent = k;
-    }
-    p->timeout_ms = saved;
-    if (silent >= 0)
-        return st_error(STRATA_ERR_PEER_FAILED,
-                        "pool node %s (hop %d of %d) does not answer: the reduction got no result "
-                        "within %lld ms",
-                        p->name[r->route[silent].node], silent + 1, r->hops, saved);
-    if (o->ndone == o->n)
-        for (int k = 0; k < r->ndests; k++)
-            if (!o->dest_done[k]) {
-                char who[32];
-                return st_error(STRATA_ERR_PEER_FAILED,
-                                "pool destination %s did not confirm the reduction's result within "
-                                "%lld ms",
-                                pn_format(&o->dests[k], who, sizeof who), saved);
-            }
-    return st_error(STRATA_ERR_TIMEOUT,
-                    "pool reduction: no result within %lld ms though every hop answers", saved);
-}
-
-static strata_status_t run(op_t *o)
-{
-    strata_pool_t *p = o->p;
-    uint64_t retry_ns = (uint64_t)p->retry_ms * 1000000ull;
-    uint64_t last_progress = st_now_ns();
-    size_t first_undone = 0;
-    int dests = o->red ? o->red->ndests : 0;
-    while (o->ndone < o->n || o->ndests_done < dests) {
-        while (o->next < o->n && o->next - o->ndone < (size_t)p->window)
-            send_item(o, o->next++);
-        while (first_undone < o->n && o->items[first_undone].done)
-            first_undone++;
-        uint64_t now = st_now_ns();
-        for (size_t i = first_undone; i < o->next; i++)
-            if (!o->items[i].done && now - o->items[i].sent_ns >= retry_ns)
-                send_item(o, i);
-        if (receive(p, p->retry_ms, on_reply, o) > 0)
-            last_progress = st_now_ns();
-        if (o->err)
-            return o->err;
-        if (st_now_ns() - last_progress > (uint64_t)p->timeout_ms * 1000000ull) {
-            if (o->kind == PL_REDUCE)
-                return name_silent_hop(o);
-            size_t i = first_undone < o->n ? first_undone : 0;
-            return st_error(STRATA_ERR_PEER_FAILED,
-                            "pool node %s does not answer: no reply within %lld ms",
-                            p->name[o->items[i].node], p->timeout_ms);
-        }
-    }
-    return STRATA_OK;
-}
 
 /* ---- interleaved addressing ---------------------------------------------------------------------- */
 
@@ -347,7 +72,7 @@ static strata_status_t node_op(strata_pool_t *p, uint8_t kind, int node, uint64_
 {
     op_t o = {.p = p, .kind = kind, .flow = ++p->flow, .src = src, .dst = dst};
     ST_TRY(split_node(p, kind == PL_READ ? "read" : "write", node, addr, bytes, &o.items, &o.n));
-    strata_status_t rc = run(&o);
+    strata_status_t rc = pc_run(&o);
     free(o.items);
     return rc;
 }
@@ -371,7 +96,7 @@ static strata_status_t global_op(strata_pool_t *p, uint8_t kind, uint8_t dtype, 
                                            [PL_ADD] = "add"};
     op_t o = {.p = p, .kind = kind, .dtype = dtype, .flow = ++p->flow, .src = src, .dst = dst};
     ST_TRY(split(p, names[kind], addr, bytes, &o.items, &o.n));
-    strata_status_t rc = run(&o);
+    strata_status_t rc = pc_run(&o);
     free(o.items);
     return rc;
 }
@@ -405,150 +130,7 @@ strata_status_t strata_pool_stats(strata_pool_t *p, int node, strata_pool_stats_
         return st_error(STRATA_ERR_INVALID_ARG, "pool stats: node %d of %d", node, p->n);
     item_t it = {.node = node};
     op_t o = {.p = p, .kind = PL_STATS, .flow = ++p->flow, .items = &it, .n = 1, .stats = out};
-    return run(&o);
-}
-
-/* ---- chained reduction --------------------------------------------------------------------------- */
-
-strata_status_t strata_pool_reduce(strata_pool_t *p, const strata_pool_reduce_t *r)
-{
-    size_t es = pl_dtype_size((uint8_t)r->dtype);
-    if (!es || !r->src || r->hops < 1 || r->hops > STRATA_POOL_MAX_HOPS || r->ndests < 0 ||
-        r->ndests > STRATA_POOL_MAX_DESTS || (r->ndests && !r->dests))
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "pool reduce: needs a source, a dtype, 1-%d hops and 0-%d destinations "
-                        "(got %d hops, %d destinations)",
-                        STRATA_POOL_MAX_HOPS, STRATA_POOL_MAX_DESTS, r->hops, r->ndests);
-    size_t bytes = r->count * es;
-    for (int k = 0; k < r->hops; k++) {
-        const strata_pool_hop_t *h = &r->route[k];
-        if (h->node < 0 || h->node >= p->n)
-            return st_error(STRATA_ERR_INVALID_ARG, "pool reduce: hop %d names node %d of %d",
-                            k + 1, h->node, p->n);
-        if (h->addr % es || h->addr > p->node_bytes[h->node] ||
-            bytes > p->node_bytes[h->node] - h->addr)
-            return st_error(STRATA_ERR_INVALID_ARG,
-                            "pool reduce: hop %d: %zu bytes at %llu do not fit node %s's %llu "
-                            "bytes aligned to %zu",
-                            k + 1, bytes, (unsigned long long)h->addr, p->name[h->node],
-                            (unsigned long long)p->node_bytes[h->node], es);
-    }
-    op_t o = {.p = p, .kind = PL_REDUCE, .dtype = (uint8_t)r->dtype, .flow = ++p->flow,
-              .src = r->src, .dst = r->dst, .red = r};
-    for (int k = 0; k < r->ndests; k++)
-        ST_TRY(pn_parse_addr(r->dests[k], "pool reduce destination", &o.dests[k]));
-    o.n = (bytes + p->block - 1) / p->block;
-    o.items = calloc(o.n ? o.n : 1, sizeof *o.items);
-    if (!o.items)
-        return st_error(STRATA_ERR_NO_MEMORY, "pool reduce: out of memory");
-    for (size_t i = 0; i < o.n; i++)
-        o.items[i] = (item_t){.node = r->route[0].node, .off = i * p->block,
-                              .len = ST_MIN(p->block, bytes - i * p->block)};
-    strata_status_t rc = run(&o);
-    free(o.items);
-    return rc;
-}
-
-typedef struct recv_state {
-    strata_pool_t *p;
-    uint8_t *dst;
-    size_t bytes, got_blocks, nblocks;
-    uint8_t dtype;
-    bool have_origin, acked;
-    struct sockaddr_in origin;
-    uint32_t flow;
-    uint8_t *got; /* per block */
-} recv_state_t;
-
-static bool on_result(void *ctx, const pl_msg_t *m, const struct sockaddr_in *from)
-{
-    recv_state_t *s = ctx;
-    const pl_hdr_t *h = &m->h;
-    struct sockaddr_in origin = {.sin_family = AF_INET, .sin_port = h->origin_port,
-                                 .sin_addr.s_addr = h->origin_ip};
-    if (h->op == PL_ACK) { // the origin confirms our DONE
-        if (s->have_origin && h->flow == s->flow && same_addr(from, &s->origin))
-            s->acked = true;
-        return false;
-    }
-    if (h->op != PL_RESULT || h->dtype != s->dtype)
-        return false;
-    if (!s->have_origin) {
-        if (same_addr(&origin, &s->p->last_origin) && (int32_t)(h->flow - s->p->last_flow) <= 0)
-            return false; // a late copy of the reduction received before
-        size_t B = s->p->block;
-        if (h->aux == 0 || h->aux != (s->bytes + B - 1) / B)
-            return false; // not ours: another size (or another block size)
-        s->have_origin = true;
-        s->origin = origin;
-        s->flow = h->flow;
-        s->nblocks = h->aux;
-        s->got = calloc(s->nblocks, 1);
-        if (!s->got)
-            return false;
-    }
-    if (!same_addr(&origin, &s->origin) || h->flow != s->flow || h->seq >= s->nblocks ||
-        s->got[h->seq] || h->addr != (uint64_t)h->seq * s->p->block || h->addr > s->bytes ||
-        h->len != ST_MIN(s->p->block, s->bytes - h->addr))
-        return false;
-    if (h->flags & PL_F_ZERO)
-        memset(s->dst + h->addr, 0, h->len);
-    else
-        memcpy(s->dst + h->addr, m->payload, h->len);
-    s->got[h->seq] = 1;
-    s->got_blocks++;
-    return true;
-}
-
-strata_status_t strata_pool_receive(strata_pool_t *p, void *dst, size_t count,
-                                    strata_pool_dtype_t dtype)
-{
-    size_t es = pl_dtype_size((uint8_t)dtype);
-    if (!es || !dst || !count)
-        return st_error(STRATA_ERR_INVALID_ARG, "pool receive: needs a buffer, a count and a dtype");
-    recv_state_t s = {.p = p, .dst = dst, .bytes = count * es, .dtype = (uint8_t)dtype};
-    uint64_t last_progress = st_now_ns(), timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
-    strata_status_t rc = STRATA_OK;
-    while (!s.have_origin || s.got_blocks < s.nblocks) {
-        if (receive(p, p->retry_ms, on_result, &s) > 0) {
-            last_progress = st_now_ns();
-            continue;
-        }
-        if (st_now_ns() - last_progress > timeout_ns) {
-            char who[32];
-            rc = s.have_origin
-                     ? st_error(STRATA_ERR_PEER_FAILED,
-                                "pool receive: %zu of %zu blocks from %s within %lld ms",
-                                s.got_blocks, s.nblocks, pn_format(&s.origin, who, sizeof who),
-                                p->timeout_ms)
-                     : st_error(STRATA_ERR_TIMEOUT,
-                                "pool receive: no reduction result arrived within %lld ms",
-                                p->timeout_ms);
-            goto out;
-        }
-        if (s.have_origin) { // stalled: ask the origin, which holds the source, for the rest
-            uint32_t missing[PL_MAX_PAYLOAD / 4];
-            size_t k = 0;
-            for (size_t i = 0; i < s.nblocks && k < sizeof missing / 4; i++)
-                if (!s.got[i])
-                    missing[k++] = (uint32_t)i;
-            pl_hdr_t h = {.op = PL_NACK, .flow = s.flow, .len = (uint32_t)(k * 4)};
-            queue(p, &s.origin, h, NULL, NULL, missing, 0);
-        }
-    }
-    p->last_origin = s.origin;
-    p->last_flow = s.flow;
-    // Tell the origin, which waits for every destination before it lets go of its source; give up
-    // on its acknowledgement after the timeout (the result is here either way).
-    last_progress = st_now_ns();
-    while (!s.acked && st_now_ns() - last_progress <= timeout_ns) {
-        pl_hdr_t h = {.op = PL_DONE, .flow = s.flow};
-        queue(p, &s.origin, h, NULL, NULL, NULL, 0);
-        receive(p, p->retry_ms, on_result, &s);
-    }
-out:
-    free(s.got);
-    return rc;
+    return pc_run(&o);
 }
 
 /* ---- opening ------------------------------------------------------------------------------------- */
@@ -568,7 +150,7 @@ static bool on_hello_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_i
 {
     hello_state_t *s = ctx;
     if (s->got || m->h.op != s->want || m->h.flow != s->flow ||
-        !same_addr(from, &s->p->addr[s->node]))
+        !pc_same_addr(from, &s->p->addr[s->node]))
         return false;
     s->msg = *m;
     if (m->payload_len) { // the receive buffer is reused: keep the payload
@@ -590,8 +172,8 @@ static strata_status_t exchange(strata_pool_t *p, hello_state_t *s, pl_hdr_t h, 
                             "pool node %s did not complete the handshake within %lld ms: it is "
                             "down, unreachable, or holds another secret",
                             p->name[s->node], p->timeout_ms);
-        queue(p, &p->addr[s->node], h, NULL, NULL, payload, 0);
-        receive(p, p->retry_ms, on_hello_reply, s);
+        pc_queue(p, &p->addr[s->node], h, NULL, NULL, payload, 0);
+        pc_receive(p, p->retry_ms, on_hello_reply, s);
     }
     return STRATA_OK;
 }
@@ -635,8 +217,8 @@ strata_status_t strata_pool_open(const char *const *nodes, int n, const char *se
     p->name = calloc((size_t)n, sizeof *p->name);
     p->token = calloc((size_t)n, sizeof *p->token);
     p->node_bytes = calloc((size_t)n, sizeof *p->node_bytes);
-    p->rx = aligned_alloc(64, sizeof(pn_dgram_t) * RX_BATCH);
-    p->tx = aligned_alloc(64, sizeof(pn_dgram_t) * TX_BATCH);
+    p->rx = aligned_alloc(64, sizeof(pn_dgram_t) * PC_RX_BATCH);
+    p->tx = aligned_alloc(64, sizeof(pn_dgram_t) * PC_TX_BATCH);
     strata_status_t rc = STRATA_OK;
     if (!p->addr || !p->name || !p->token || !p->node_bytes || !p->rx || !p->tx) {
         rc = st_error(STRATA_ERR_NO_MEMORY, "pool open: out of memory");
@@ -703,3 +285,4 @@ void strata_pool_close(strata_pool_t *p)
     free(p->tx);
     free(p);
 }
+
