@@ -215,10 +215,13 @@ strata_status_t pc_run(op_t *o)
     size_t first_undone = 0;
     int dests = o->red ? o->red->ndests : 0;
     while (o->ndone < o->n || o->ndests_done < dests) {
-        while (o->next < o->n && o->next - o->ndone < (size_t)p->window)
-            send_item(o, o->next++);
         while (first_undone < o->n && o->items[first_undone].done)
             first_undone++;
+        // Never past the node's dedup window from the oldest unanswered packet: a node forgets
+        // seqs that fall off it, and must still recognise that one's retransmission.
+        while (o->next < o->n && o->next - o->ndone < (size_t)p->window &&
+               o->next < first_undone + PL_DEDUP_WINDOW)
+            send_item(o, o->next++);
         uint64_t now = st_now_ns();
         for (size_t i = first_undone; i < o->next; i++)
             if (!o->items[i].done && now - o->items[i].sent_ns >= retry_ns)

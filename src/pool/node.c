@@ -15,7 +15,7 @@
 #include "pool/proto.h"
 
 #define SESSIONS 64    /* the oldest idle session is evicted beyond this */
-#define SEEN     1024  /* dedup window of seqs per session: more than a client keeps in flight */
+#define SEEN     PL_DEDUP_WINDOW
 #define RX_BATCH 32
 #define TX_BATCH 64
 

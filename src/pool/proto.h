@@ -18,6 +18,9 @@
 /* Room kept below the MTU for the IP/UDP headers, the pool header and the longest route. */
 #define PL_ROUTE_ROOM (PL_HOP * STRATA_POOL_MAX_HOPS + PL_DEST * STRATA_POOL_MAX_DESTS)
 #define PL_MAX_DGRAM  (PL_HDR + PL_ROUTE_ROOM + PL_MAX_PAYLOAD)
+/* Seqs of the current flow a node remembers per session, to apply ADD/WRITE once; a client never
+ * sends a seq this far past its oldest unanswered one. */
+#define PL_DEDUP_WINDOW 1024
 #define PL_NONCE 16
 #define PL_MAC   32
 
