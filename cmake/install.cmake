@@ -17,9 +17,10 @@ foreach(part ${STRATA_PARTS})
 endforeach()
 # The external libraries every part links (strata_part's LIBS), once each.
 set(strata_deps Threads::Threads m PkgConfig::JSONC PkgConfig::HWLOC PkgConfig::OPENBLAS PkgConfig::PMIX
+    PkgConfig::LIBCRYPTO
     ${CMAKE_DL_LIBS})
 # ... and the modules strataConfig.cmake looks up for them.
-set(STRATA_CONFIG_DEPS "JSONC:json-c HWLOC:hwloc OPENBLAS:openblas PMIX:pmix")
+set(STRATA_CONFIG_DEPS "JSONC:json-c HWLOC:hwloc OPENBLAS:openblas PMIX:pmix LIBCRYPTO:libcrypto")
 if(STRATA_HAVE_UCX)
   list(APPEND strata_deps PkgConfig::UCX)
   string(APPEND STRATA_CONFIG_DEPS " UCX:ucx")
@@ -58,7 +59,7 @@ install(FILES ${PROJECT_BINARY_DIR}/strataConfig.cmake ${PROJECT_BINARY_DIR}/str
 # place (${pcfiledir}), so `cmake --install --prefix P` anywhere gives a working file.
 file(RELATIVE_PATH STRATA_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" STRATA_PC_UP "${STRATA_PC_UP}")
-set(STRATA_PC_REQUIRES "json-c hwloc openblas pmix")
+set(STRATA_PC_REQUIRES "json-c hwloc openblas pmix libcrypto")
 if(STRATA_HAVE_UCX)
   string(APPEND STRATA_PC_REQUIRES " ucx")
 endif()

@@ -6,8 +6,9 @@ set -euo pipefail
 # libpmix-dev: meeting Open MPI's and Slurm's ranks through PMIx. The launchers strata's users run,
 # for tests/cli/launchers.sh: torchrun (python3-torch), Open MPI, MPICH, Slurm (slurmctld, slurmd,
 # munge); librsvg2-bin renders the pictures the tests look at; libucx-dev (and ucx-utils' ucx_info):
-# the UCX transport (optional in the build, tested when present).
-pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev
+# the UCX transport (optional in the build, tested when present); libssl-dev: libcrypto's HMAC for
+# the pool's handshake.
+pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev libssl-dev
       libpmix-dev libucx-dev ucx-utils clang libclang-rt-dev python3-torch openmpi-bin mpich slurm-wlm librsvg2-bin
       "$@")
 missing=()

@@ -10,6 +10,7 @@
 #include "strata/comm.h"
 #include "strata/env.h"
 #include "strata/parallel.h"
+#include "strata/pool.h"
 #include "strata/probe.h"
 #include "strata/status.h"
 

@@ -172,6 +172,35 @@ def store_client_seeds():
           answer(ERR, 2, b"empty key") + answer(OK, 3, b"short") + answer(OK, 4))
 
 
+# ---- pool datagrams (fuzz_pool.c: u16 length, u8 mode, datagram) --------------------------------
+
+def pool_dgram(op, token=0, flow=1, seq=0, addr=0, length=0, aux=0, dtype=0, flags=0, hops=b"",
+               nhops=0, payload=b""):
+    return (struct.pack("<IBBBBQIIQIIIHBB", 0x4c505453, op, dtype, flags, nhops, token, flow, seq,
+                        addr, length, aux, 0, 0, 0, 1) + hops + payload)
+
+
+def pool_rec(dgram, with_token=True):
+    return struct.pack("<HB", len(dgram), 1 if with_token else 0) + dgram
+
+
+def pool_seeds():
+    READ, WRITE, ADD, REDUCE, STATS = 5, 7, 8, 10, 14
+    floats = struct.pack("<16f", *[float(i) for i in range(16)])
+    write("pool", "write_read_add",
+          pool_rec(pool_dgram(WRITE, length=64, payload=floats)) +
+          pool_rec(pool_dgram(ADD, seq=1, length=64, dtype=1, payload=floats)) +
+          pool_rec(pool_dgram(ADD, seq=1, length=64, dtype=1, payload=floats)) +
+          pool_rec(pool_dgram(READ, flow=2, length=64)) + pool_rec(pool_dgram(STATS, flow=3)))
+    hop = struct.pack("<IHHQQ", 0x0100007f, 0, 0, 0, 128)
+    write("pool", "reduce_last_hop",
+          pool_rec(pool_dgram(REDUCE, length=64, dtype=2, flags=2, nhops=1, aux=1, hops=hop,
+                              payload=floats)))
+    write("pool", "unauthenticated", pool_rec(pool_dgram(READ, token=5, length=64), False))
+    write("pool", "zero_record", pool_rec(pool_dgram(ADD, length=8192, dtype=1, flags=1)))
+
+
 ckpt_seeds()
+pool_seeds()
 store_seeds()
 store_client_seeds()

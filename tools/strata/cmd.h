@@ -20,6 +20,7 @@ int cmd_launch(int argc, char **argv);
 int cmd_diagnose(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_store(int argc, char **argv);
+int cmd_pool(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_plan_schedule(int argc, char **argv); /* `strata plan schedule` (cmd_schedule.c) */
 int cmd_place(int argc, char **argv);

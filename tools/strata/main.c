@@ -18,6 +18,7 @@ static const strata_cmd_t commands[] = {
     {"topo", "show a cluster file or Slurm topology.conf, a host's path, the local host (hwloc)",
      cmd_topo},
     {"store", "serve a standalone bootstrap store", cmd_store},
+    {"pool", "serve or query a UDP memory pool node that reduces data in flight", cmd_pool},
     {"plan", "predict a training step and search the best parallel configuration", cmd_plan},
     {"place", "place one job's ranks on a cluster by its topology (Slurm/mpirun files)", cmd_place},
     {"sched", "simulate many jobs and failures on a cluster under placement policies", cmd_sched},

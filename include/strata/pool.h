@@ -1,0 +1,147 @@
+/* strata pool: a memory pool over plain UDP that reduces data as it passes through a chain of nodes
+ * (the software form of NetDAM; docs/pool.md has the protocol).
+ *
+ * A pool node serves one memory region: READ, WRITE, ADD (float32 / bfloat16 elementwise into its
+ * memory) and REDUCE-FORWARD, whose packet carries the rest of its route: each hop adds its local
+ * block to the payload and forwards it, the last one optionally stores the sum and sends it to the
+ * destinations. A client opened on N nodes sees one global address space, consecutive blocks (one
+ * packet payload each) on successive nodes. Lost packets are repaired by retransmission from the
+ * source; ADD and WRITE apply exactly once. Nodes answer only clients that prove the job's secret.
+ */
+#ifndef STRATA_POOL_H
+#define STRATA_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- a pool node --------------------------------------------------------------------------------- */
+
+typedef struct strata_pool_node strata_pool_node_t;
+
+typedef struct strata_pool_node_config {
+    const char *listen; /* "ADDR:PORT" (port 0 picks one) */
+    size_t bytes;       /* size of the served memory region */
+    const char *secret; /* the job secret clients must prove; NULL or "" means the empty secret */
+    /* Seeded fault injection on received datagrams (0 = off), for tests: each arriving datagram
+     * is dropped with probability drop, else processed twice with probability dup, else held back
+     * and processed after the next one with probability reorder. */
+    double drop, dup, reorder;
+    uint64_t seed;
+} strata_pool_node_config_t;
+
+/* Counters of a node (also returned to clients by the STATS operation). */
+typedef struct strata_pool_stats {
+    uint64_t rx_packets, tx_packets;
+    uint64_t malformed;      /* dropped: too short, too long, bad magic/version, bad fields */
+    uint64_t unauthorized;   /* dropped: unknown session token or failed HELLO proof */
+    uint64_t injected_drops; /* dropped by the seeded fault mode */
+    uint64_t injected_dups, injected_reorders;
+    uint64_t duplicates;     /* ADD/WRITE retransmissions recognised and not applied again */
+    uint64_t zero_in, zero_out; /* ZERO records received / sent instead of a payload */
+    uint64_t adds, forwards, results;
+    uint64_t sessions;       /* sessions opened since start */
+} strata_pool_stats_t;
+
+/* Opens a node: binds the UDP socket and allocates the zeroed memory region. */
+STRATA_API strata_status_t strata_pool_node_open(const strata_pool_node_config_t *cfg,
+                                                 strata_pool_node_t **out);
+/* The UDP port the node listens on. */
+STRATA_API int strata_pool_node_port(const strata_pool_node_t *node);
+/* Waits up to timeout_ms for datagrams and serves every one that arrived (batched). A malformed or
+ * unauthorised datagram is counted and dropped, never an error. */
+STRATA_API strata_status_t strata_pool_node_poll(strata_pool_node_t *node, int timeout_ms);
+/* The node's counters. */
+STRATA_API void strata_pool_node_stats(const strata_pool_node_t *node, strata_pool_stats_t *out);
+STRATA_API void strata_pool_node_close(strata_pool_node_t *node);
+
+/* ---- a client ------------------------------------------------------------------------------------ */
+
+typedef struct strata_pool strata_pool_t;
+
+typedef enum strata_pool_dtype {
+    STRATA_POOL_F32 = 1,
+    STRATA_POOL_BF16 = 2, /* added in float32, rounded to nearest even */
+} strata_pool_dtype_t;
+
+/* Opens a client on nodes[0..n) ("ADDR:PORT" each), authenticating with the secret (NULL: the empty
+ * one) and discovering the path MTU, which sets the block size (at most 8192 bytes, the 2048
+ * float32 of a 9000-byte frame; STRATA_POOL_MTU forces a smaller MTU). Every later call fails
+ * after timeout_ms of silence (< 0: STRATA_POOL_TIMEOUT_MS) with an error naming the node; a
+ * reduction then asks each hop in turn (up to half the timeout) to name the silent one. */
+STRATA_API strata_status_t strata_pool_open(const char *const *nodes, int n, const char *secret,
+                                            long long timeout_ms, strata_pool_t **out);
+STRATA_API void strata_pool_close(strata_pool_t *pool);
+
+/* Bytes of one block (one packet payload): the interleaving unit. */
+STRATA_API size_t strata_pool_block_bytes(const strata_pool_t *pool);
+/* Bytes of the global address space: blocks of all nodes, interleaved. */
+STRATA_API uint64_t strata_pool_capacity(const strata_pool_t *pool);
+/* The UDP port of the client's socket (where reduce results for it arrive). */
+STRATA_API int strata_pool_port(const strata_pool_t *pool);
+
+/* Reads / writes bytes at a global address. */
+STRATA_API strata_status_t strata_pool_read(strata_pool_t *pool, uint64_t addr, void *buf,
+                                            size_t bytes);
+STRATA_API strata_status_t strata_pool_write(strata_pool_t *pool, uint64_t addr, const void *buf,
+                                             size_t bytes);
+/* Reads / writes bytes at an address in node i's own memory (not interleaved): how the ranks of an
+ * allreduce place their buffers in the blocks a route names. */
+STRATA_API strata_status_t strata_pool_read_node(strata_pool_t *pool, int node, uint64_t addr,
+                                                 void *buf, size_t bytes);
+STRATA_API strata_status_t strata_pool_write_node(strata_pool_t *pool, int node, uint64_t addr,
+                                                  const void *buf, size_t bytes);
+/* pool[addr..] += buf elementwise (count elements of dtype), exactly once per element even when
+ * packets are lost or duplicated. addr must be a multiple of the element size. */
+STRATA_API strata_status_t strata_pool_add(strata_pool_t *pool, uint64_t addr, const void *buf,
+                                           size_t count, strata_pool_dtype_t dtype);
+
+/* One hop of a chained reduction: a node of the pool (index into the open list) and the address
+ * in that node's own memory of the block it adds (node-local, not interleaved). */
+typedef struct strata_pool_hop {
+    int node;
+    uint64_t addr;
+} strata_pool_hop_t;
+
+/* The most hops of a route and destinations of a result. */
+#define STRATA_POOL_MAX_HOPS  8
+#define STRATA_POOL_MAX_DESTS 16
+
+typedef struct strata_pool_reduce {
+    const void *src;     /* the caller's contribution (count elements), read until the call ends */
+    void *dst;           /* the reduced result for the caller (may alias src; NULL: not wanted) */
+    size_t count;
+    strata_pool_dtype_t dtype;
+    const strata_pool_hop_t *route; /* 1..STRATA_POOL_MAX_HOPS hops, in order */
+    int hops;
+    bool store;          /* the last hop also writes the sum over its own block */
+    /* Other receivers ("ADDR:PORT" of their strata_pool_port), each calling strata_pool_receive;
+     * the call returns once every one of them has the whole result. */
+    const char *const *dests;
+    int ndests;
+} strata_pool_reduce_t;
+
+/* dst = src + the blocks of every hop, through the chain: the packets travel client -> hop 1 ->
+ * ... -> last hop -> the caller and dests. A lost packet is resent from src (the caller's copy is
+ * the source), a receiver missing one asks the caller for it again. This is the allreduce path:
+ * the ranks write their buffers to the hops' blocks, one rank reduces, every rank receives. */
+STRATA_API strata_status_t strata_pool_reduce(strata_pool_t *pool, const strata_pool_reduce_t *op);
+/* Receives the result of one reduction (count elements of dtype) that another client sends here
+ * as a destination. */
+STRATA_API strata_status_t strata_pool_receive(strata_pool_t *pool, void *dst, size_t count,
+                                               strata_pool_dtype_t dtype);
+
+/* Asks node i for its counters. */
+STRATA_API strata_status_t strata_pool_stats(strata_pool_t *pool, int node,
+                                             strata_pool_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

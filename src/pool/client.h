@@ -1,0 +1,78 @@
+/* Internals of the pool client shared by its files: the client's state, an operation as a window
+ * of sequenced packets (items), and the engine that sends, retransmits and collects them
+ * (engine.c). client.c maps addresses and opens; reduce.c runs chained reductions. */
+#ifndef ST_POOL_CLIENT_H
+#define ST_POOL_CLIENT_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool/net.h"
+#include "pool/proto.h"
+#include "strata/pool.h"
+
+#define PC_RX_BATCH 32
+#define PC_TX_BATCH 64
+
+struct strata_pool {
+    int fd, n;
+    struct sockaddr_in *addr;
+    char (*name)[32];
+    uint64_t *token, *node_bytes;
+    size_t block;
+    uint64_t capacity;
+    long long timeout_ms, retry_ms;
+    int window;
+    uint32_t flow;
+    float zero_threshold;
+    pn_dgram_t *rx, *tx;
+    int ntx;
+    /* The last reduction received as a destination, so its late copies are not taken for a new one. */
+    struct sockaddr_in last_origin;
+    uint32_t last_flow;
+};
+
+/* One packet of an operation and its answer. */
+typedef struct item {
+    int node;
+    uint64_t laddr; /* node-local address (read/write/add) */
+    size_t off, len; /* bytes of the caller's buffer */
+    uint64_t sent_ns;
+    bool sent, done;
+} item_t;
+
+typedef struct op {
+    strata_pool_t *p;
+    uint8_t kind, dtype;
+    uint32_t flow;
+    item_t *items;
+    size_t n, ndone, next;
+    const uint8_t *src;
+    uint8_t *dst;
+    const strata_pool_reduce_t *red;
+    struct sockaddr_in dests[STRATA_POOL_MAX_DESTS];
+    bool dest_done[STRATA_POOL_MAX_DESTS];
+    int ndests_done;
+    strata_pool_stats_t *stats;
+    strata_status_t err;
+} op_t;
+
+/* Queues a datagram to `to` (sent at the next receive or when the batch is full); the payload
+ * goes as a ZERO record when it is a WRITE/ADD/REDUCE payload the zero filter passes. */
+void pc_queue(strata_pool_t *p, const struct sockaddr_in *to, pl_hdr_t h, const pl_hop_t *hops,
+              const pl_dest_t *dests, const void *payload, uint8_t zero_dtype);
+
+/* Sends what is queued, waits up to wait_ms for datagrams and hands each valid one to fn; returns
+ * how many fn counted as progress. */
+typedef bool (*pc_on_msg_fn)(void *ctx, const pl_msg_t *m, const struct sockaddr_in *from);
+int pc_receive(strata_pool_t *p, long long wait_ms, pc_on_msg_fn fn, void *ctx);
+
+bool pc_same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b);
+
+/* Runs an operation to completion: every item answered (and, for a reduction, every destination
+ * done), or an error naming the silent node after the timeout. */
+strata_status_t pc_run(op_t *o);
+
+#endif

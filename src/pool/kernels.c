@@ -1,0 +1,63 @@
+/* Elementwise add and zero test for the pool (kernels.h). */
+#include <math.h>
+#include <string.h>
+
+#include "strata/pool.h"
+#include "pool/kernels.h"
+
+void pk_add_f32(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+float pk_bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t pk_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
+    return (uint16_t)(u >> 16);
+}
+
+void pk_add_bf16(uint16_t *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pk_f32_to_bf16(pk_bf16_to_f32(dst[i]) + pk_bf16_to_f32(src[i]));
+}
+
+void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes)
+{
+    if (dtype == STRATA_POOL_F32)
+        pk_add_f32(dst, src, bytes / 4);
+    else if (dtype == STRATA_POOL_BF16)
+        pk_add_bf16(dst, src, bytes / 2);
+}
+
+bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold)
+{
+    if (dtype == STRATA_POOL_F32 || dtype == STRATA_POOL_BF16) {
+        size_t n = bytes / (dtype == STRATA_POOL_F32 ? 4 : 2);
+        int over = 0;
+        for (size_t i = 0; i < n; i++) {
+            float x = dtype == STRATA_POOL_F32 ? ((const float *)p)[i]
+                                               : pk_bf16_to_f32(((const uint16_t *)p)[i]);
+            over |= !(fabsf(x) <= threshold); // NaN is not zero
+        }
+        return !over;
+    }
+    const uint8_t *b = p;
+    uint8_t acc = 0;
+    for (size_t i = 0; i < bytes; i++)
+        acc |= b[i];
+    return acc == 0;
+}

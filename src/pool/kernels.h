@@ -1,0 +1,20 @@
+/* The arithmetic of the pool: elementwise add of float32 and bfloat16 (fp32 math, round to
+ * nearest even), and the zero test of the zero filter. Plain loops the compiler vectorises. */
+#ifndef ST_POOL_KERNELS_H
+#define ST_POOL_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+void pk_add_f32(float *restrict dst, const float *restrict src, size_t n);
+void pk_add_bf16(uint16_t *restrict dst, const uint16_t *restrict src, size_t n);
+/* dst += src for bytes / element size elements of dtype (strata_pool_dtype_t). */
+void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes);
+/* bfloat16 <-> float32; the narrowing rounds to nearest even (NaN stays NaN). */
+float pk_bf16_to_f32(uint16_t b);
+uint16_t pk_f32_to_bf16(float f);
+/* True when every element satisfies |x| <= threshold (dtype 0: every byte is zero). */
+bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold);
+
+#endif

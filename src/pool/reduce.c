@@ -1,0 +1,158 @@
+/* Chained reduction through the pool (REDUCE-FORWARD): the caller's source pushed through a route
+ * of hops, the result to the caller and to other receivers, with receivers asking the source for
+ * blocks they miss (docs/pool.md). */
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "pool/client.h"
+#include "pool/kernels.h"
+#include "pool/node.h"
+
+/* ---- chained reduction --------------------------------------------------------------------------- */
+
+strata_status_t strata_pool_reduce(strata_pool_t *p, const strata_pool_reduce_t *r)
+{
+    size_t es = pl_dtype_size((uint8_t)r->dtype);
+    if (!es || !r->src || r->hops < 1 || r->hops > STRATA_POOL_MAX_HOPS || r->ndests < 0 ||
+        r->ndests > STRATA_POOL_MAX_DESTS || (r->ndests && !r->dests))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "pool reduce: needs a source, a dtype, 1-%d hops and 0-%d destinations "
+                        "(got %d hops, %d destinations)",
+                        STRATA_POOL_MAX_HOPS, STRATA_POOL_MAX_DESTS, r->hops, r->ndests);
+    size_t bytes = r->count * es;
+    for (int k = 0; k < r->hops; k++) {
+        const strata_pool_hop_t *h = &r->route[k];
+        if (h->node < 0 || h->node >= p->n)
+            return st_error(STRATA_ERR_INVALID_ARG, "pool reduce: hop %d names node %d of %d",
+                            k + 1, h->node, p->n);
+        if (h->addr % es || h->addr > p->node_bytes[h->node] ||
+            bytes > p->node_bytes[h->node] - h->addr)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "pool reduce: hop %d: %zu bytes at %llu do not fit node %s's %llu "
+                            "bytes aligned to %zu",
+                            k + 1, bytes, (unsigned long long)h->addr, p->name[h->node],
+                            (unsigned long long)p->node_bytes[h->node], es);
+    }
+    op_t o = {.p = p, .kind = PL_REDUCE, .dtype = (uint8_t)r->dtype, .flow = ++p->flow,
+              .src = r->src, .dst = r->dst, .red = r};
+    for (int k = 0; k < r->ndests; k++)
+        ST_TRY(pn_parse_addr(r->dests[k], "pool reduce destination", &o.dests[k]));
+    o.n = (bytes + p->block - 1) / p->block;
+    o.items = calloc(o.n ? o.n : 1, sizeof *o.items);
+    if (!o.items)
+        return st_error(STRATA_ERR_NO_MEMORY, "pool reduce: out of memory");
+    for (size_t i = 0; i < o.n; i++)
+        o.items[i] = (item_t){.node = r->route[0].node, .off = i * p->block,
+                              .len = ST_MIN(p->block, bytes - i * p->block)};
+    strata_status_t rc = pc_run(&o);
+    free(o.items);
+    return rc;
+}
+
+typedef struct recv_state {
+    strata_pool_t *p;
+    uint8_t *dst;
+    size_t bytes, got_blocks, nblocks;
+    uint8_t dtype;
+    bool have_origin, acked;
+    struct sockaddr_in origin;
+    uint32_t flow;
+    uint8_t *got; /* per block */
+} recv_state_t;
+
+static bool on_result(void *ctx, const pl_msg_t *m, const struct sockaddr_in *from)
+{
+    recv_state_t *s = ctx;
+    const pl_hdr_t *h = &m->h;
+    struct sockaddr_in origin = {.sin_family = AF_INET, .sin_port = h->origin_port,
+                                 .sin_addr.s_addr = h->origin_ip};
+    if (h->op == PL_ACK) { // the origin confirms our DONE
+        if (s->have_origin && h->flow == s->flow && pc_same_addr(from, &s->origin))
+            s->acked = true;
+        return false;
+    }
+    if (h->op != PL_RESULT || h->dtype != s->dtype)
+        return false;
+    if (!s->have_origin) {
+        if (pc_same_addr(&origin, &s->p->last_origin) && (int32_t)(h->flow - s->p->last_flow) <= 0)
+            return false; // a late copy of the reduction received before
+        size_t B = s->p->block;
+        if (h->aux == 0 || h->aux != (s->bytes + B - 1) / B)
+            return false; // not ours: another size (or another block size)
+        s->have_origin = true;
+        s->origin = origin;
+        s->flow = h->flow;
+        s->nblocks = h->aux;
+        s->got = calloc(s->nblocks, 1);
+        if (!s->got)
+            return false;
+    }
+    if (!pc_same_addr(&origin, &s->origin) || h->flow != s->flow || h->seq >= s->nblocks ||
+        s->got[h->seq] || h->addr != (uint64_t)h->seq * s->p->block || h->addr > s->bytes ||
+        h->len != ST_MIN(s->p->block, s->bytes - h->addr))
+        return false;
+    if (h->flags & PL_F_ZERO)
+        memset(s->dst + h->addr, 0, h->len);
+    else
+        memcpy(s->dst + h->addr, m->payload, h->len);
+    s->got[h->seq] = 1;
+    s->got_blocks++;
+    return true;
+}
+
+strata_status_t strata_pool_receive(strata_pool_t *p, void *dst, size_t count,
+                                    strata_pool_dtype_t dtype)
+{
+    size_t es = pl_dtype_size((uint8_t)dtype);
+    if (!es || !dst || !count)
+        return st_error(STRATA_ERR_INVALID_ARG, "pool receive: needs a buffer, a count and a dtype");
+    recv_state_t s = {.p = p, .dst = dst, .bytes = count * es, .dtype = (uint8_t)dtype};
+    uint64_t last_progress = st_now_ns(), timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
+    strata_status_t rc = STRATA_OK;
+    while (!s.have_origin || s.got_blocks < s.nblocks) {
+        if (pc_receive(p, p->retry_ms, on_result, &s) > 0) {
+            last_progress = st_now_ns();
+            continue;
+        }
+        if (st_now_ns() - last_progress > timeout_ns) {
+            char who[32];
+            rc = s.have_origin
+                     ? st_error(STRATA_ERR_PEER_FAILED,
+                                "pool receive: %zu of %zu blocks from %s within %lld ms",
+                                s.got_blocks, s.nblocks, pn_format(&s.origin, who, sizeof who),
+                                p->timeout_ms)
+                     : st_error(STRATA_ERR_TIMEOUT,
+                                "pool receive: no reduction result arrived within %lld ms",
+                                p->timeout_ms);
+            goto out;
+        }
+        if (s.have_origin) { // stalled: ask the origin, which holds the source, for the rest
+            uint32_t missing[PL_MAX_PAYLOAD / 4];
+            size_t k = 0;
+            for (size_t i = 0; i < s.nblocks && k < sizeof missing / 4; i++)
+                if (!s.got[i])
+                    missing[k++] = (uint32_t)i;
+            pl_hdr_t h = {.op = PL_NACK, .flow = s.flow, .len = (uint32_t)(k * 4)};
+            pc_queue(p, &s.origin, h, NULL, NULL, missing, 0);
+        }
+    }
+    p->last_origin = s.origin;
+    p->last_flow = s.flow;
+    // Tell the origin, which waits for every destination before it lets go of its source; give up
+    // on its acknowledgement after the timeout (the result is here either way).
+    last_progress = st_now_ns();
+    while (!s.acked && st_now_ns() - last_progress <= timeout_ns) {
+        pl_hdr_t h = {.op = PL_DONE, .flow = s.flow};
+        pc_queue(p, &s.origin, h, NULL, NULL, NULL, 0);
+        pc_receive(p, p->retry_ms, on_result, &s);
+    }
+out:
+    free(s.got);
+    return rc;
+}
+
