@@ -590,6 +590,23 @@ static strata_status_t peer_failed(st_ep_t *ep, ucx_conn_t *c)
     return st_ep_peer_lost(ep, c->rank, "failed: UCX reports %s", ucs_status_string(c->err));
 }
 
+/* An endpoint UCX reported failed is closed at once, forced, as UCP asks of an error handler's
+ * endpoint: left open while the worker progresses, UCX 1.13's tcp transport can complete one of
+ * its internal requests twice and abort the process (seen in mr_failure_ucx, about 1 run in 5
+ * under ASan). Sends still in flight complete with an error through their callbacks. */
+static void close_failed(st_transport_t *t, ucx_conn_t *c)
+{
+    if (!c->ep)
+        return;
+    t->forced = true; // after one forced close, every later one is forced too (ucx_disconnect)
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(c->ep, &rp);
+    if (r && !UCS_PTR_IS_ERR(r))
+        ucp_request_free(r);
+    c->ep = NULL;
+}
+
 static strata_status_t ucx_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *peer, bool drain,
                                     bool *moved)
 {
@@ -601,6 +618,7 @@ static strata_status_t ucx_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *p
     ST_TRY(take_arrivals(ep, t, peer, c, drain, moved));
     retire_sends(ep, peer, c, moved);
     if (c->err != UCS_OK) {
+        close_failed(t, c);
         if (peer->sendq || peer->recvq || c->rx_pending || c->rx_cur)
             return peer_failed(ep, c);
         return STRATA_OK;
@@ -615,8 +633,10 @@ static strata_status_t ucx_progress(st_ep_t *ep, st_transport_t *t, st_peer_t *p
             return st_ep_fail(ep, rc, "%s", strata_last_error());
     }
     ST_TRY(issue_sends(ep, t, peer, c, moved));
-    if (c->err != UCS_OK)
+    if (c->err != UCS_OK) {
+        close_failed(t, c);
         return peer_failed(ep, c);
+    }
     return STRATA_OK;
 }
 
