@@ -57,7 +57,8 @@ STRATA_API int strata_pool_node_port(const strata_pool_node_t *node);
 /* Waits up to timeout_ms for datagrams and serves every one that arrived (batched). A malformed or
  * unauthorised datagram is counted and dropped, never an error. */
 STRATA_API strata_status_t strata_pool_node_poll(strata_pool_node_t *node, int timeout_ms);
-/* The node's counters. */
+/* The node's counters. A node is not thread-safe: call this from the thread that polls it, or
+ * after that thread has stopped; from anywhere else, ask the node itself (strata_pool_stats). */
 STRATA_API void strata_pool_node_stats(const strata_pool_node_t *node, strata_pool_stats_t *out);
 STRATA_API void strata_pool_node_close(strata_pool_node_t *node);
 

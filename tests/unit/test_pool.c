@@ -63,13 +63,25 @@ static void start_nodes(node_thread_t *t, int n, double drop, double dup, double
     }
 }
 
-static void stop_nodes(node_thread_t *t, int n)
+/* Stops the nodes' threads: from then on their counters may be read from this thread. */
+static void halt_nodes(node_thread_t *t, int n)
 {
     for (int i = 0; i < n; i++) {
         atomic_store(&t[i].stop, 1);
         pthread_join(t[i].tid, NULL);
-        strata_pool_node_close(t[i].node);
     }
+}
+
+static void close_nodes(node_thread_t *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        strata_pool_node_close(t[i].node);
+}
+
+static void stop_nodes(node_thread_t *t, int n)
+{
+    halt_nodes(t, n);
+    close_nodes(t, n);
 }
 
 static strata_pool_t *open_pool(node_thread_t *t, int n, long long timeout_ms)
@@ -387,16 +399,17 @@ static void test_faults_exact(void **state)
     chain_check(t, 4, 30 * 4096, STRATA_POOL_BF16, false);
     // The fault mode really acted, and the duplicates it made were not applied twice.
     uint64_t drops = 0, dups = 0, reorders = 0, suppressed = 0;
+    halt_nodes(t, 4);
     for (int i = 0; i < 4; i++) {
         strata_pool_stats_t s;
-        strata_pool_node_stats(t[i].node, &s); // read after the clients are done
+        strata_pool_node_stats(t[i].node, &s);
         drops += s.injected_drops;
         dups += s.injected_dups;
         reorders += s.injected_reorders;
         suppressed += s.duplicates;
     }
+    close_nodes(t, 4);
     assert_true(drops > 0 && dups > 0 && reorders > 0 && suppressed > 0);
-    stop_nodes(t, 4);
     free(base), free(x), free(got);
 }
 
@@ -661,8 +674,9 @@ static void test_wrong_secret(void **state)
     assert_null(p);
     assert_non_null(strstr(strata_last_error(), addr));
     strata_pool_stats_t s;
+    halt_nodes(t, 1);
     strata_pool_node_stats(t[0].node, &s);
-    stop_nodes(t, 1);
+    close_nodes(t, 1);
     assert_true(s.unauthorized > 0);
     assert_int_equal(s.sessions, 0);
 }
