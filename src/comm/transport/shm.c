@@ -55,7 +55,8 @@ typedef struct seg_hdr {
     _Alignas(64) atomic_uint magic;
     uint32_t nslots;
     uint32_t slot_bytes;
-    atomic_uint attached; /* set by the second rank once it has mapped the segment */
+    atomic_uint attached; /* set by the second rank once it has mapped the segment and the
+                             first rank's doorbell */
 } seg_hdr_t;
 
 typedef struct slot_hdr {
@@ -301,7 +302,6 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
                           peer->rank, h->nslots, h->slot_bytes, t->nslots, t->slot_bytes);
             goto fail;
         }
-        atomic_store_explicit(&h->attached, 1, memory_order_release);
         shm_unlink(c->name); // both sides are attached: the name is no longer needed
     }
     close(fd);
@@ -318,6 +318,9 @@ static strata_status_t shm_connect(st_ep_t *ep, st_transport_t *t, st_peer_t *pe
     c->tx_slots = slots + (size_t)dir * ring_bytes;
     c->rx_slots = slots + (size_t)(1 - dir) * ring_bytes;
     ST_TRY_GOTO(open_peer_bell(ep, c, peer->rank), rc, fail);
+    // Only now may a creator that lingers for us leave: its doorbell is mapped too.
+    if (!c->created)
+        atomic_store_explicit(&h->attached, 1, memory_order_release);
     if (!peer->pid)
         peer->pid = c->peer_bell->pid;
     c->pidfd = (int)syscall(SYS_pidfd_open, peer->pid, 0);
