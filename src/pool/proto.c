@@ -89,7 +89,7 @@ bool pl_decode(const uint8_t *buf, size_t n, pl_msg_t *m)
         m->dest[i] = (pl_dest_t){get32(p), get16(p + 4)};
     }
     m->payload_len = n - off;
-    m->payload = m->payload_len ? buf + off : NULL;
+    m->payload = buf + off; // never NULL, even when empty: memcpy(dst, payload, 0) stays defined
     // The payload on the wire is all of it, or none for a ZERO record and a READ request.
     bool bodiless = (h->flags & PL_F_ZERO) || h->op == PL_READ;
     if (bodiless ? m->payload_len != 0 : m->payload_len != h->len)

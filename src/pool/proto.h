@@ -80,7 +80,7 @@ typedef struct pl_msg {
     pl_hdr_t h;
     pl_hop_t hop[STRATA_POOL_MAX_HOPS];
     pl_dest_t dest[STRATA_POOL_MAX_DESTS];
-    const uint8_t *payload; /* NULL when ZERO or no payload */
+    const uint8_t *payload; /* where the payload starts (payload_len bytes, 0 for ZERO) */
     size_t payload_len;     /* bytes present on the wire */
 } pl_msg_t;
 
