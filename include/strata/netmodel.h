@@ -78,6 +78,8 @@ typedef enum strata_algo {
                                        the next on the shards, allgather back; pipelined */
     STRATA_ALGO_TORUS,              /* multi-dimensional ring on a torus: reduce-scatter along each
                                        dimension in turn on shrinking shards, allgather back */
+    STRATA_ALGO_POOL,               /* through pool nodes (strata/pool.h): the chain adds every
+                                       member's block in flight, the last node sends the result */
     STRATA_ALGO_COUNT
 } strata_algo_t;
 

@@ -42,6 +42,13 @@
  *                     round (both at that rate) on a torus dimension of 3 or more. The flat
  *                     rings on a torus are priced as on a switch: a hop between cells that are
  *                     not neighbours is routed over several links but priced as one
+ *   pool              allreduce through N pool nodes (strata_price_shape_pool; none: no line):
+ *                     the members but the first write B to a node each (a node's link takes
+ *                     ceil((n-1)/N) of them), one latency to gather at the first member, then
+ *                     the chain, pipelined by packets: B through n-1 hops (one node's share of
+ *                     the hops reduced per byte) while the last sends n copies of the result
+ *                     (unicast fan-out: its link carries n x B) and every member receives B;
+ *                     a member's side at the top level's all-members rate
  * On a group with one link (strata_price_shape_flat) every line is the textbook alpha-beta-gamma
  * cost (Thakur, Rabenseifner & Gropp 2005). tests/unit/test_price.c checks hand-computed lines and
  * keeps ring, ring_tree, hier and halving_doubling near the flow-level simulation of their transfer
@@ -120,6 +127,10 @@ typedef struct strata_price_shape {
     int torus_ndims;          /* dimensions of the multi-dimensional ring when the members fill a
                                  torus (strata_fabric_torus), innermost first; 0 when they do not */
     strata_price_torus_dim_t torus_dim[STRATA_TORUS_MAX_DIMS + 1];
+    int pool_nodes;           /* pool nodes an allreduce may run through (strata_price_shape_pool);
+                                 0: none, and the pool algorithm has no line */
+    double pool_Bps;          /* a pool node's link, each direction */
+    double pool_latency_s;    /* a packet between a member and a pool node, or two pool nodes */
 } strata_price_shape_t;
 
 /* The shape of the ranks of fabric `f` (all of them, in rank order), for ranks whose collectives
@@ -151,6 +162,11 @@ STRATA_API strata_status_t strata_price_shape_group(const strata_topo_t *topo,
 /* The shape of `n` ranks that all meet on one `link` (its gamma included): what a communicator
  * prices with before it knows its fabric. */
 STRATA_API void strata_price_shape_flat(int n, const strata_link_t *link, strata_price_shape_t *out);
+
+/* Gives shape `s` a pool of `nodes` nodes, each with a `link_Bps` link and `latency_s` away from
+ * the members and from each other (the communicator does, with STRATA_POOL_NODES; docs/pool.md). */
+STRATA_API void strata_price_shape_pool(strata_price_shape_t *s, int nodes, double link_Bps,
+                                        double latency_s);
 
 /* ---- prices ------------------------------------------------------------------------------------ */
 

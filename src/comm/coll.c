@@ -58,7 +58,7 @@ static st_coll_args_t args_for(const strata_comm_t *comm, strata_coll_t coll, st
     st_win_t *win = st_ep_window(comm->sh->ep);
     return (st_coll_args_t){.coll = coll, .dtype = dtype, .op = op, .rank = comm->rank,
                             .nranks = comm->nranks, .esize = strata_dtype_size(dtype),
-                            .topo = comm->topo, .win = win,
+                            .topo = comm->topo, .win = win, .pool = comm->pool,
                             .direct_ok = st_ep_single_host(comm->sh->ep) && st_win_cma_ok(win)};
 }
 

@@ -27,6 +27,7 @@ struct strata_comm {
     strata_link_calib_t calib; /* how its fabric's links were calibrated (calibrate.c; a split's are
                              its parent's) */
     struct st_mailbox *mailbox; /* small allreduces on one host (mailbox.c); NULL until first used */
+    st_pool_conn_t *pool;  /* the pool allreduce's nodes (algo/pool.c); NULL: STRATA_POOL_NODES unset */
 };
 
 /* Where this rank sits (topo.c): its path on the fabric ("" when nothing says) and the fabric's

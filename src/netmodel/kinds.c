@@ -30,6 +30,7 @@ static const char *const algo_names[STRATA_ALGO_COUNT] = {
     [STRATA_ALGO_RING_TREE] = "ring_tree",
     [STRATA_ALGO_HIER] = "hier",
     [STRATA_ALGO_TORUS] = "torus",
+    [STRATA_ALGO_POOL] = "pool",
 };
 
 const char *strata_coll_name(strata_coll_t coll)

@@ -134,6 +134,20 @@ static void torus(acc_t *c, const strata_price_shape_t *s)
     }
 }
 
+/* The allreduce through the pool (price.h): the members' writes, a gather at the first member,
+ * then the chain and the fan-out of the result pipelined by packets, at the pace of the slower of
+ * a member's link and the last node's, which sends n copies. */
+static void pool(acc_t *c, const strata_price_shape_t *s)
+{
+    const strata_price_level_t *t = &s->level[s->top];
+    const double n = s->n, hops = n - 1, per_node = ceil(hops / s->pool_nodes);
+    c->a[s->top] += 2 * s->pool_latency_s + t->latency_s; // write and its answer, the gather
+    c->b[s->top] += fmax(1.0 / t->all_Bps, per_node / s->pool_Bps);
+    c->a[s->top] += (hops + 1) * s->pool_latency_s; // the chain's hops, then the result's
+    c->b[s->top] += fmax(1.0 / t->all_Bps, n / s->pool_Bps);
+    reduce(c, s, s->top, per_node);
+}
+
 bool strata_price_serves(strata_coll_t coll, strata_algo_t algo)
 {
     static const unsigned served[STRATA_COLL_COUNT] = {
@@ -142,7 +156,8 @@ bool strata_price_serves(strata_coll_t coll, strata_algo_t algo)
             STRATA_PRICE_OFFER(STRATA_ALGO_RECURSIVE_DOUBLING) |
             STRATA_PRICE_OFFER(STRATA_ALGO_HALVING_DOUBLING) |
             STRATA_PRICE_OFFER(STRATA_ALGO_DIRECT) | STRATA_PRICE_OFFER(STRATA_ALGO_RING_TREE) |
-            STRATA_PRICE_OFFER(STRATA_ALGO_HIER) | STRATA_PRICE_OFFER(STRATA_ALGO_TORUS),
+            STRATA_PRICE_OFFER(STRATA_ALGO_HIER) | STRATA_PRICE_OFFER(STRATA_ALGO_TORUS) |
+            STRATA_PRICE_OFFER(STRATA_ALGO_POOL),
         [STRATA_COLL_REDUCE] = STRATA_PRICE_OFFER(STRATA_ALGO_BINOMIAL) |
                                STRATA_PRICE_OFFER(STRATA_ALGO_REDUCE_SCATTER_GATHER),
         [STRATA_COLL_BCAST] = STRATA_PRICE_OFFER(STRATA_ALGO_BINOMIAL) |
@@ -259,6 +274,11 @@ static bool account(const strata_price_shape_t *s, strata_coll_t coll, strata_al
         flat(c, s, n - 1 + lg, coll == STRATA_COLL_ALLREDUCE ? frac : frac / 2);
         if (ar || rs)
             reduce(c, s, 0, frac);
+        return true;
+    case STRATA_ALGO_POOL:
+        if (s->pool_nodes < 1)
+            return false;
+        pool(c, s);
         return true;
     case STRATA_ALGO_COUNT:
         break;

@@ -422,6 +422,13 @@ strata_status_t strata_price_shape_group(const strata_topo_t *topo, const strata
     return rc;
 }
 
+void strata_price_shape_pool(strata_price_shape_t *s, int nodes, double link_Bps, double latency_s)
+{
+    s->pool_nodes = nodes > 0 && link_Bps > 0 ? nodes : 0;
+    s->pool_Bps = link_Bps;
+    s->pool_latency_s = latency_s;
+}
+
 void strata_price_shape_flat(int n, const strata_link_t *link, strata_price_shape_t *out)
 {
     memset(out, 0, sizeof *out);

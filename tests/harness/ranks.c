@@ -137,8 +137,8 @@ static _Noreturn void run_rank(const job_t *job, st_store_server_t *srv, int ran
 
 /* ---- the parent ------------------------------------------------------------------------------ */
 
-/* A fresh job id ("t<pid>-<call>", unique per call) and a random secret. */
-static void make_job(job_t *job, int nranks)
+/* A fresh job id ("t<pid>-<call>", unique per call) and the given or a random secret. */
+static void make_job(job_t *job, int nranks, const char *secret)
 {
     static int calls;
     job->nranks = nranks;
@@ -151,6 +151,8 @@ static void make_job(job_t *job, int nranks)
     }
     for (size_t i = 0; i < sizeof rnd; i++)
         snprintf(job->secret + 2 * i, 3, "%02x", rnd[i]);
+    if (secret)
+        snprintf(job->secret, sizeof job->secret, "%s", secret);
 }
 
 /* Prints how a rank ended; true if that counts as passing. */
@@ -199,7 +201,7 @@ int st_test_ranks(int n, st_rank_fn fn, void *arg, const st_ranks_opts_t *opts)
     }
     job_t job;
     st_store_server_t *srv = NULL;
-    make_job(&job, n);
+    make_job(&job, n, o.secret);
     if (st_store_server_open("127.0.0.1:0", job.secret, &srv) != STRATA_OK) {
         say("st_test_ranks: cannot open the store: %s", strata_last_error());
         return 1;

@@ -28,6 +28,8 @@ typedef struct st_ranks_opts {
     int deadline_ms;        /* kill everyone after this (default 120000) */
     const char *extra_env;  /* "K=V;K2=V2" set in every child, or NULL */
     int expect_fail_rank;   /* rank allowed to die by signal or non-zero exit (-1 = none) */
+    const char *secret;     /* the job's secret (NULL: a random one), for servers the test
+                               starts itself, such as pool nodes */
 } st_ranks_opts_t;
 
 /* Runs fn on n forked ranks; 0 when all passed. opts may be NULL. */

@@ -596,6 +596,39 @@ static void test_torus(void **state)
     assert_int_equal(ttree.nlines[STRATA_ALGO_TORUS], 0);
 }
 
+/* The pool allreduce by hand on one link: no line without a pool; with N nodes of link rate P, the
+ * pushes (a node takes ceil((n-1)/N) of them), the chain and the unicast fan-out (n copies from the
+ * last node), each at the slower of a member's link and the node's; chosen where it is cheapest. */
+static void test_pool(void **state)
+{
+    (void)state;
+    const strata_link_t k = {.alpha_s = 2e-6, .beta_s_per_b = 1e-9, .gamma_s_per_b = 3e-10};
+    const double a = k.alpha_s, b = k.beta_s_per_b, g = k.gamma_s_per_b, B = 1e6;
+    strata_price_shape_t s;
+    strata_price_shape_flat(8, &k, &s);
+    strata_price_table_t t;
+    strata_price_table(&s, STRATA_COLL_ALLREDUCE, &t);
+    assert_int_equal(t.nlines[STRATA_ALGO_POOL], 0);
+    const double P = 1e10, lat = 1e-6; // ten times a member's link
+    strata_price_shape_pool(&s, 2, P, lat);
+    const double per_node = 4, n = 8; // ceil(7 / 2)
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
+                 2 * lat + a + B * fmax(b, per_node / P) + 8 * lat + B * fmax(b, n / P) +
+                     per_node * B * g);
+    assert_false(strata_price_serves(STRATA_COLL_REDUCE_SCATTER, STRATA_ALGO_POOL));
+    // A member sends B and receives B, where a ring moves 2(n-1)/n B: on one link the pool loses
+    // at every size, even on nodes ten times faster; offered alone, it is the choice.
+    strata_price_t p;
+    strata_price_table(&s, STRATA_COLL_ALLREDUCE, &t);
+    assert_int_equal(t.nlines[STRATA_ALGO_POOL], 1);
+    for (double bytes = 1; bytes <= 1e9; bytes *= 10) {
+        assert_true(strata_price_table_choose(&t, bytes, STRATA_PRICE_OFFER_ALL, &p) > 0);
+        assert_int_not_equal(p.algo, STRATA_ALGO_POOL);
+    }
+    assert_true(strata_price_table_choose(&t, B, STRATA_PRICE_OFFER(STRATA_ALGO_POOL), &p) > 0);
+    assert_int_equal(p.algo, STRATA_ALGO_POOL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,7 +636,7 @@ int main(void)
         cmocka_unit_test(test_ring_orders),       cmocka_unit_test(test_hier_lines),
         cmocka_unit_test(test_against_simulation), cmocka_unit_test(test_forms_agree),
         cmocka_unit_test(test_memo),              cmocka_unit_test(test_breakdown_and_hops),
-        cmocka_unit_test(test_torus),
+        cmocka_unit_test(test_torus),             cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

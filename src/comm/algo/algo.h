@@ -33,6 +33,16 @@ typedef struct st_topo {
     st_topo_memo_t memo[1]; /* cleared with the rest when the fabric changes (comm/topo.c) */
 } st_topo_t;
 
+/* The pool a communicator's pool allreduce runs through (pool.c): the nodes of STRATA_POOL_NODES and
+ * a client opened on first use. */
+typedef struct st_pool_conn st_pool_conn_t;
+/* NULL when STRATA_POOL_NODES names no node (or memory is short): the algorithm is not offered.
+ * world_size: ranks of the world, each of which owns a slot of the pool. */
+st_pool_conn_t *st_pool_conn_new(int world_size);
+void st_pool_conn_free(st_pool_conn_t *c);
+/* Nodes of the pool (0 for NULL). */
+int st_pool_conn_nodes(const st_pool_conn_t *c);
+
 typedef struct st_coll_args {
     strata_coll_t coll;
     const void *sendbuf;
@@ -53,6 +63,7 @@ typedef struct st_coll_args {
     st_win_t *win;          /* this process's window (direct algorithms) */
     bool direct_ok;         /* every rank is on this host and can reach its peers' memory */
     bool registered;        /* sendbuf and recvbuf are strata_mem_alloc memory */
+    st_pool_conn_t *pool;   /* the communicator's pool (NULL: STRATA_POOL_NODES unset) */
     strata_xfer_pipe_t pipe; /* set by selection for the hierarchical plans */
 } st_coll_args_t;
 

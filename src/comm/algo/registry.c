@@ -10,7 +10,7 @@ extern const st_algo_t st_algo_allreduce_ring, st_algo_allreduce_rd, st_algo_all
     st_algo_allreduce_ring_tree, st_algo_allreduce_hier, st_algo_reduce_scatter_ring_tree,
     st_algo_reduce_scatter_hier, st_algo_allgather_ring_tree, st_algo_allgather_hier,
     st_algo_allreduce_direct, st_algo_reduce_scatter_direct, st_algo_allgather_direct,
-    st_algo_allreduce_torus;
+    st_algo_allreduce_torus, st_algo_allreduce_pool;
 
 const st_algo_t *const st_algos[] = {
     &st_algo_allreduce_ring,        &st_algo_allreduce_rd,          &st_algo_allreduce_rhd,
@@ -21,7 +21,7 @@ const st_algo_t *const st_algos[] = {
     &st_algo_allreduce_ring_tree,   &st_algo_allreduce_hier,        &st_algo_reduce_scatter_ring_tree,
     &st_algo_reduce_scatter_hier,   &st_algo_allgather_ring_tree,   &st_algo_allgather_hier,
     &st_algo_allreduce_direct,      &st_algo_reduce_scatter_direct, &st_algo_allgather_direct,
-    &st_algo_allreduce_torus,
+    &st_algo_allreduce_torus,       &st_algo_allreduce_pool,
 };
 const int st_nalgos = (int)(sizeof st_algos / sizeof st_algos[0]);
 

@@ -77,6 +77,19 @@ static void index_registry(void)
         by_model[st_algos[i]->coll][st_algos[i]->model] = st_algos[i];
 }
 
+/* Gives the shape the communicator's pool, when it has one: its nodes sit where a switch would, a
+ * packet away at the outermost level's latency, each on a link of STRATA_POOL_MBIT (default: a
+ * member's own link at that level). */
+static void shape_pool(const st_coll_args_t *a, strata_price_shape_t *s)
+{
+    if (!a->pool || s->top < 0)
+        return;
+    const strata_price_level_t *t = &s->level[s->top];
+    long long mbit = st_knob_int("STRATA_POOL_MBIT", 0);
+    strata_price_shape_pool(s, st_pool_conn_nodes(a->pool), mbit > 0 ? mbit * 1e6 / 8 : t->link_Bps,
+                            t->latency_s);
+}
+
 /* The price table of the call's collective: memoised with the communicator's place on the fabric,
  * or, while a communicator is being created and knows no fabric yet, for n ranks on `link`. */
 static const strata_price_table_t *table_for(const st_coll_args_t *a, const strata_link_t *link,
@@ -86,6 +99,7 @@ static const strata_price_table_t *table_for(const st_coll_args_t *a, const stra
     if (!t || t->fabric.nranks != a->nranks) {
         strata_price_shape_t flat;
         strata_price_shape_flat(a->nranks, link, &flat);
+        shape_pool(a, &flat);
         strata_price_table(&flat, a->coll, scratch);
         return scratch;
     }
@@ -97,6 +111,7 @@ static const strata_price_table_t *table_for(const st_coll_args_t *a, const stra
             ST_LOG_WARN(ST_SUB_COMM, "pricing on one link: %s", strata_last_error());
             strata_price_shape_flat(a->nranks, link, &m->shape);
         }
+        shape_pool(a, &m->shape);
         m->shaped = true;
     }
     if (!(m->known & (1u << a->coll))) {

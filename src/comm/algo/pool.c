@@ -1,0 +1,322 @@
+/* The allreduce through the pool (strata/pool.h, docs/pool.md): the ranks but the first write
+ * their buffers into pool blocks, the first rank pushes its own through the chain of those blocks,
+ * every hop adds its block in flight, and the last hop sends the sum to every rank.
+ *
+ * Each chunk of the buffer takes three rounds:
+ *   1. ranks 1..n-1 write the chunk into their block and tell rank 0 where their results go (the
+ *      message is also the barrier: rank 0 reduces only once every block holds its data);
+ *   2. rank 0 runs the chained reduction with every other rank as a destination; they receive;
+ *   3. rank 0 tells everyone the reduction is over. Until then it may still repair a packet some
+ *      receiver missed by sending it through the chain again, so no rank may overwrite its block.
+ *
+ * Blocks: every world rank owns one slot of the pool, on node (world rank mod N), so communicators
+ * with different members never share one. A rank runs one pool allreduce at a time. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "comm/algo/algo.h"
+#include "strata/pool.h"
+
+struct st_pool_conn {
+    char **nodes;          /* "ADDR:PORT" of every node, from STRATA_POOL_NODES */
+    int n;
+    int world_size;
+    strata_pool_t *client; /* opened on the first pool allreduce */
+    char self[64];         /* "ADDR:PORT" where this rank's results arrive */
+    size_t slot;           /* bytes of one world rank's slot */
+};
+
+/* This rank's slot is in use from its write until rank 0 says the reduction is over (rank 0
+ * itself writes no slot: its part travels in the packets). */
+static atomic_bool slot_busy;
+
+st_pool_conn_t *st_pool_conn_new(int world_size)
+{
+    const char *spec = st_knob_str("STRATA_POOL_NODES");
+    if (!spec || !*spec)
+        return NULL;
+    st_pool_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->world_size = world_size;
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        char **nodes = len ? realloc(c->nodes, (size_t)(c->n + 1) * sizeof *nodes) : c->nodes;
+        if (len && (!nodes || !(nodes[c->n] = strndup(p, len)))) {
+            c->nodes = nodes ? nodes : c->nodes;
+            st_pool_conn_free(c);
+            return NULL;
+        }
+        if (len)
+            c->nodes = nodes, c->n++;
+        p += len + (p[len] == ',');
+    }
+    if (c->n == 0) {
+        st_pool_conn_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void st_pool_conn_free(st_pool_conn_t *c)
+{
+    if (!c)
+        return;
+    strata_pool_close(c->client);
+    for (int i = 0; i < c->n; i++)
+        free(c->nodes[i]);
+    free(c->nodes);
+    free(c);
+}
+
+int st_pool_conn_nodes(const st_pool_conn_t *c)
+{
+    return c ? c->n : 0;
+}
+
+/* This host's address towards node 0: where the pool reaches this rank. */
+static strata_status_t local_address(const char *node, char *out, size_t len)
+{
+    char host[64];
+    const char *colon = strrchr(node, ':');
+    size_t hl = colon ? (size_t)(colon - node) : 0;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
+    socklen_t ml = sizeof me;
+    if (!colon || hl >= sizeof host)
+        return st_error(STRATA_ERR_INVALID_ARG, "STRATA_POOL_NODES: '%s' is not ADDR:PORT", node);
+    memcpy(host, node, hl);
+    host[hl] = '\0';
+    if (inet_pton(AF_INET, host, &to.sin_addr) != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "STRATA_POOL_NODES: '%s' is not an IPv4 address",
+                        host);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof to) < 0 ||
+        getsockname(fd, (struct sockaddr *)&me, &ml) < 0) {
+        strata_status_t rc = st_error(STRATA_ERR_IO, "pool: no route to %s: %s", node,
+                                      strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    close(fd);
+    inet_ntop(AF_INET, &me.sin_addr, out, (socklen_t)len);
+    return STRATA_OK;
+}
+
+/* Opens the client on first use and sizes the slots: the capacity of a node split evenly among
+ * the world ranks it holds, in whole blocks. */
+static strata_status_t conn_open(st_pool_conn_t *c)
+{
+    if (c->client)
+        return STRATA_OK;
+    char ip[INET_ADDRSTRLEN];
+    ST_TRY(local_address(c->nodes[0], ip, sizeof ip));
+    strata_pool_t *p;
+    ST_TRY(strata_pool_open((const char *const *)c->nodes, c->n, st_knob_str("STRATA_SECRET"), -1,
+                            &p));
+    size_t block = strata_pool_block_bytes(p);
+    uint64_t per_node = strata_pool_capacity(p) / (uint64_t)c->n;
+    uint64_t ranks_per_node = ((uint64_t)c->world_size + (uint64_t)c->n - 1) / (uint64_t)c->n;
+    c->slot = (size_t)(per_node / ranks_per_node / block * block);
+    if (c->slot == 0) {
+        strata_pool_close(p);
+        return st_error(STRATA_ERR_NO_MEMORY,
+                        "pool allreduce: %d ranks need at least %llu bytes on each of the %d pool "
+                        "nodes (one %zu-byte block per rank); they have %llu",
+                        c->world_size, (unsigned long long)(ranks_per_node * block), c->n, block,
+                        (unsigned long long)per_node);
+    }
+    c->client = p;
+    snprintf(c->self, sizeof c->self, "%s:%d", ip, strata_pool_port(p));
+    return STRATA_OK;
+}
+
+/* What a rank tells rank 0 after writing its block. */
+typedef struct ready {
+    int32_t status;
+    char addr[64]; /* where its result goes */
+    char error[188];
+} ready_t;
+
+/* One chunk of one rank's allreduce. */
+typedef struct chunk {
+    st_pool_conn_t *conn;
+    const char *src;
+    char *dst;
+    size_t count;
+    strata_pool_dtype_t dtype;
+    int rank, n;
+    bool first, last; /* chunks of this call */
+    ready_t mine;     /* ranks 1..n-1: sent to rank 0 */
+    ready_t *peers;   /* rank 0: from ranks 1..n-1, [rank] */
+    int32_t over;     /* rank 0 -> all: the reduction is over */
+} chunk_t;
+
+static uint64_t slot_addr(const st_pool_conn_t *c, int world_rank)
+{
+    return (uint64_t)(world_rank / c->n) * c->slot;
+}
+
+static strata_status_t claim_slot(chunk_t *k)
+{
+    bool was = false;
+    if (k->first && !atomic_compare_exchange_strong(&slot_busy, &was, true))
+        return st_error(STRATA_ERR_INVALID_ARG, "pool allreduce: this rank already has one in "
+                        "flight; the pool allows one at a time per rank (docs/pool.md)");
+    return STRATA_OK;
+}
+
+/* Round 1, ranks 1..n-1: the chunk into this rank's slot, and the note to rank 0. A failure goes to
+ * rank 0 in the note (which then fails naming this rank) and is returned here in round 2, once the
+ * note is sent. */
+static strata_status_t write_block(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    (void)s;
+    chunk_t *k = arg;
+    ST_TRY(claim_slot(k));
+    st_pool_conn_t *c = k->conn;
+    int w = st_ep_rank(ep);
+    (void)world;
+    strata_status_t rc = strata_pool_write_node(c->client, w % c->n, slot_addr(c, w), k->src,
+                                                k->count * (k->dtype == STRATA_POOL_F32 ? 4 : 2));
+    k->mine.status = rc;
+    snprintf(k->mine.addr, sizeof k->mine.addr, "%s", c->self);
+    if (rc < 0) {
+        snprintf(k->mine.error, sizeof k->mine.error, "%s", strata_last_error());
+        atomic_store(&slot_busy, false);
+    }
+    return STRATA_OK;
+}
+
+/* Round 2, rank 0: the chain through every other rank's block, grouped by node so a packet
+ * crosses between nodes as seldom as it can, with every other rank as a destination. */
+static strata_status_t reduce_chain(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    (void)s;
+    (void)ep;
+    chunk_t *k = arg;
+    st_pool_conn_t *c = k->conn;
+    strata_pool_hop_t route[STRATA_POOL_MAX_HOPS];
+    const char *dests[STRATA_POOL_MAX_DESTS];
+    for (int r = 1; r < k->n; r++)
+        if (k->peers[r].status < 0)
+            return st_error(k->peers[r].status, "pool allreduce: rank %d could not write its block: %s",
+                            r, k->peers[r].error);
+    int hops = 0;
+    for (int node = 0; node < c->n; node++)
+        for (int r = 1; r < k->n; r++)
+            if (world[r] % c->n == node)
+                route[hops++] = (strata_pool_hop_t){node, slot_addr(c, world[r])};
+    for (int r = 1; r < k->n; r++) {
+        k->peers[r].addr[sizeof k->peers[r].addr - 1] = '\0';
+        dests[r - 1] = k->peers[r].addr;
+    }
+    strata_pool_reduce_t op = {.src = k->src, .dst = k->dst, .count = k->count, .dtype = k->dtype,
+                               .route = route, .hops = hops, .dests = dests, .ndests = k->n - 1};
+    strata_status_t rc = strata_pool_reduce(c->client, &op);
+    k->over = rc;
+    return rc;
+}
+
+/* Round 2, ranks 1..n-1. */
+static strata_status_t receive(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    (void)s;
+    (void)ep;
+    (void)world;
+    chunk_t *k = arg;
+    if (k->mine.status < 0)
+        return st_error(k->mine.status, "%s", k->mine.error);
+    strata_status_t rc = strata_pool_receive(k->conn->client, k->dst, k->count, k->dtype);
+    if (rc < 0) {
+        atomic_store(&slot_busy, false);
+        return st_error(rc, "pool allreduce: the result of rank 0's reduction did not arrive (its "
+                        "log says why): %s", strata_last_error());
+    }
+    return rc;
+}
+
+/* Round 3, ranks 1..n-1: the slot is free again once rank 0 says so. */
+static strata_status_t release(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    (void)s;
+    (void)ep;
+    (void)world;
+    chunk_t *k = arg;
+    if (k->last || k->over < 0)
+        atomic_store(&slot_busy, false);
+    return k->over < 0 ? st_error(k->over, "pool allreduce: rank 0's reduction failed (see its log)")
+                       : STRATA_OK;
+}
+
+static bool pool_serves(const st_coll_args_t *a)
+{
+    return a->pool && a->count > 0 && a->nranks - 1 <= STRATA_POOL_MAX_HOPS &&
+           a->nranks - 1 <= STRATA_POOL_MAX_DESTS &&
+           (a->op == STRATA_OP_SUM || a->op == STRATA_OP_AVG) &&
+           (a->dtype == STRATA_DTYPE_F32 || a->dtype == STRATA_DTYPE_BF16);
+}
+
+static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
+{
+    st_pool_conn_t *c = a->pool;
+    ST_TRY(conn_open(c));
+    const int n = a->nranks, r = a->rank;
+    const strata_pool_dtype_t dtype = a->dtype == STRATA_DTYPE_F32 ? STRATA_POOL_F32
+                                                                   : STRATA_POOL_BF16;
+    const size_t per = c->slot / a->esize, nchunks = (a->count + per - 1) / per;
+    const size_t npeers = r == 0 ? (size_t)n : 0;
+    chunk_t *chunks = st_sched_scratch(s, nchunks * (sizeof *chunks + npeers * sizeof(ready_t)));
+    if (!chunks)
+        return s->build_rc;
+    ready_t *peers = (ready_t *)(chunks + nchunks);
+    for (size_t i = 0; i < nchunks; i++) {
+        chunk_t *k = &chunks[i];
+        size_t off = i * per;
+        *k = (chunk_t){.conn = c,
+                       .src = (const char *)a->sendbuf + off * a->esize,
+                       .dst = (char *)a->recvbuf + off * a->esize,
+                       .count = ST_MIN(per, a->count - off),
+                       .dtype = dtype,
+                       .rank = r,
+                       .n = n,
+                       .first = i == 0,
+                       .last = i + 1 == nchunks,
+                       .peers = r == 0 ? peers + i * npeers : NULL};
+        uint32_t tag = 2 * (uint32_t)i;
+        if (r == 0) {
+            for (int p = 1; p < n; p++)
+                st_sched_recv(s, p, tag, &k->peers[p], sizeof(ready_t));
+            st_sched_round(s);
+            st_sched_call(s, reduce_chain, k);
+            st_sched_round(s);
+            for (int p = 1; p < n; p++)
+                st_sched_send(s, p, tag + 1, &k->over, sizeof k->over);
+        } else {
+            st_sched_call(s, write_block, k);
+            st_sched_send(s, 0, tag, &k->mine, sizeof k->mine);
+            st_sched_round(s);
+            st_sched_call(s, receive, k);
+            st_sched_round(s);
+            st_sched_recv(s, 0, tag + 1, &k->over, sizeof k->over);
+            st_sched_round(s);
+            st_sched_call(s, release, k);
+        }
+        st_sched_round(s);
+    }
+    return s->build_rc;
+}
+
+const st_algo_t st_algo_allreduce_pool = {
+    "pool",
+    "through strata pool nodes (STRATA_POOL_NODES): the chain adds every rank's block in flight, "
+    "the last node sends the result to all (float32/bfloat16 sum, at most 9 ranks)",
+    STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, pool_serves, allreduce_pool};
