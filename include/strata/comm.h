@@ -364,7 +364,8 @@ STRATA_API void strata_store_server_close(strata_store_server_t *srv);
  * of a collective; returns false past the end. */
 STRATA_API bool strata_algo_info(strata_coll_t coll, int i, const char **name, const char **desc);
 
-/* Name of the algorithm the communicator would pick for `bytes` of this collective (the price,
+/* Name of the algorithm the communicator would pick for `bytes` of float32 sums of this
+ * collective (the price,
  * strata/price.h, plus the STRATA_COMM_ALGO override), on buffers from strata_mem_alloc when `mem`
  * is true, from anywhere else otherwise; "mailbox" for a blocking allreduce small enough for the
  * mailboxes (docs/comm.md). Static storage. */

@@ -126,6 +126,10 @@ typedef struct strata_pool_reduce {
      * the call returns once every one of them has the whole result. */
     const char *const *dests;
     int ndests;
+    /* A multicast group ("ADDR:PORT" in 224.0.0.0/4) every destination has joined
+     * (strata_pool_join): the last hop sends the result there once instead of once to each
+     * destination, and the network copies it (the dests still confirm). NULL: unicast. */
+    const char *group;
 } strata_pool_reduce_t;
 
 /* dst = src + the blocks of every hop, through the chain: the packets travel client -> hop 1 ->
@@ -137,6 +141,18 @@ STRATA_API strata_status_t strata_pool_reduce(strata_pool_t *pool, const strata_
  * as a destination. */
 STRATA_API strata_status_t strata_pool_receive(strata_pool_t *pool, void *dst, size_t count,
                                                strata_pool_dtype_t dtype);
+/* The same, taking only the result of the reduction that `origin` ("ADDR:PORT" of the caller of
+ * strata_pool_reduce as the pool sees it) runs: what a member of a shared multicast group uses. */
+STRATA_API strata_status_t strata_pool_receive_from(strata_pool_t *pool, const char *origin,
+                                                    void *dst, size_t count,
+                                                    strata_pool_dtype_t dtype);
+
+/* Joins multicast group "ADDR:PORT" (224.0.0.0/4) on the interface that leads to the pool's first
+ * node: results a reduction sends to the group (strata_pool_reduce_t.group) then arrive for
+ * strata_pool_receive too. One group per client. Errors: STRATA_ERR_INVALID_ARG for an address
+ * that is not a multicast group or a second group; STRATA_ERR_IO / STRATA_ERR_SYSTEM when the host
+ * refuses (no multicast there: use unicast). */
+STRATA_API strata_status_t strata_pool_join(strata_pool_t *pool, const char *group);
 
 /* Asks node i for its counters. */
 STRATA_API strata_status_t strata_pool_stats(strata_pool_t *pool, int node,

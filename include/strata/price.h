@@ -47,7 +47,8 @@
  *                     ceil((n-1)/N) of them), one latency to gather at the first member, then
  *                     the chain, pipelined by packets: B through n-1 hops (one node's share of
  *                     the hops reduced per byte) while the last sends n copies of the result
- *                     (unicast fan-out: its link carries n x B) and every member receives B;
+ *                     (unicast fan-out: its link carries n x B; by multicast, one copy) and
+ *                     every member receives B;
  *                     a member's side at the top level's all-members rate
  * On a group with one link (strata_price_shape_flat) every line is the textbook alpha-beta-gamma
  * cost (Thakur, Rabenseifner & Gropp 2005). tests/unit/test_price.c checks hand-computed lines and
@@ -131,6 +132,7 @@ typedef struct strata_price_shape {
                                  0: none, and the pool algorithm has no line */
     double pool_Bps;          /* a pool node's link, each direction */
     double pool_latency_s;    /* a packet between a member and a pool node, or two pool nodes */
+    bool pool_multicast;      /* the result leaves the last node once (IP multicast), not n times */
 } strata_price_shape_t;
 
 /* The shape of the ranks of fabric `f` (all of them, in rank order), for ranks whose collectives
@@ -164,9 +166,10 @@ STRATA_API strata_status_t strata_price_shape_group(const strata_topo_t *topo,
 STRATA_API void strata_price_shape_flat(int n, const strata_link_t *link, strata_price_shape_t *out);
 
 /* Gives shape `s` a pool of `nodes` nodes, each with a `link_Bps` link and `latency_s` away from
- * the members and from each other (the communicator does, with STRATA_POOL_NODES; docs/pool.md). */
+ * the members and from each other, sending results by multicast or not (the communicator does,
+ * with STRATA_POOL_NODES and STRATA_POOL_MULTICAST; docs/pool.md). */
 STRATA_API void strata_price_shape_pool(strata_price_shape_t *s, int nodes, double link_Bps,
-                                        double latency_s);
+                                        double latency_s, bool multicast);
 
 /* ---- prices ------------------------------------------------------------------------------------ */
 

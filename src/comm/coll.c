@@ -611,9 +611,9 @@ const char *strata_comm_algo_for(const strata_comm_t *comm, strata_coll_t coll, 
         return "self";
     if (coll == STRATA_COLL_ALLREDUCE && st_mailbox_serves(comm, bytes))
         return "mailbox";
-    st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_U8, STRATA_OP_SUM);
+    st_coll_args_t a = args_for(comm, coll, STRATA_DTYPE_F32, STRATA_OP_SUM);
     a.uniform = true;
-    a.count = bytes;
+    a.count = bytes / 4;
     a.registered = mapped(&a, bytes, mem);
     const st_algo_t *al = st_algo_select(&a, bytes, &comm->link);
     return al ? al->name : "none";

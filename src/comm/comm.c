@@ -63,7 +63,7 @@ strata_status_t strata_comm_create(const strata_comm_config_t *cfg, strata_comm_
     c->world = world;
     c->ctx = 1;
     c->link = st_ep_single_host(sh->ep) ? strata_link_default_shm() : strata_link_default_tcp();
-    c->pool = st_pool_conn_new(cfg->nranks);
+    c->pool = st_pool_conn_new(cfg->nranks, c->ctx);
     rc = st_comm_topo_create(c, place);
     free(place);
     if (rc < 0) {
@@ -214,10 +214,10 @@ strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key, strat
         members[j] = comm->world[members[j]];
     }
     c->sh = comm->sh;
-    c->pool = st_pool_conn_new(st_ep_size(comm->sh->ep));
     c->sh->refs++;
     c->world = members;
     c->ctx = mix_ctx(comm->ctx, nth, color);
+    c->pool = st_pool_conn_new(st_ep_size(comm->sh->ep), c->ctx);
     c->link = comm->link;
     *out = c;
     return STRATA_OK;

@@ -136,7 +136,7 @@ static void torus(acc_t *c, const strata_price_shape_t *s)
 
 /* The allreduce through the pool (price.h): the members' writes, a gather at the first member,
  * then the chain and the fan-out of the result pipelined by packets, at the pace of the slower of
- * a member's link and the last node's, which sends n copies. */
+ * a member's link and the last node's, which sends n copies (one by multicast). */
 static void pool(acc_t *c, const strata_price_shape_t *s)
 {
     const strata_price_level_t *t = &s->level[s->top];
@@ -144,7 +144,7 @@ static void pool(acc_t *c, const strata_price_shape_t *s)
     c->a[s->top] += 2 * s->pool_latency_s + t->latency_s; // write and its answer, the gather
     c->b[s->top] += fmax(1.0 / t->all_Bps, per_node / s->pool_Bps);
     c->a[s->top] += (hops + 1) * s->pool_latency_s; // the chain's hops, then the result's
-    c->b[s->top] += fmax(1.0 / t->all_Bps, n / s->pool_Bps);
+    c->b[s->top] += fmax(1.0 / t->all_Bps, (s->pool_multicast ? 1 : n) / s->pool_Bps);
     reduce(c, s, s->top, per_node);
 }
 

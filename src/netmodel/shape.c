@@ -422,8 +422,10 @@ strata_status_t strata_price_shape_group(const strata_topo_t *topo, const strata
     return rc;
 }
 
-void strata_price_shape_pool(strata_price_shape_t *s, int nodes, double link_Bps, double latency_s)
+void strata_price_shape_pool(strata_price_shape_t *s, int nodes, double link_Bps, double latency_s,
+                             bool multicast)
 {
+    s->pool_multicast = multicast;
     s->pool_nodes = nodes > 0 && link_Bps > 0 ? nodes : 0;
     s->pool_Bps = link_Bps;
     s->pool_latency_s = latency_s;

@@ -211,7 +211,7 @@ strata_status_t strata_pool_open(const char *const *nodes, int n, const char *se
     strata_pool_t *p = calloc(1, sizeof *p);
     if (!p)
         return st_error(STRATA_ERR_NO_MEMORY, "pool open: out of memory");
-    p->fd = -1;
+    p->fd = p->mfd = -1;
     p->n = n;
     p->addr = calloc((size_t)n, sizeof *p->addr);
     p->name = calloc((size_t)n, sizeof *p->name);
@@ -227,6 +227,8 @@ strata_status_t strata_pool_open(const char *const *nodes, int n, const char *se
     p->timeout_ms = timeout_ms >= 0 ? timeout_ms : st_knob_int("STRATA_POOL_TIMEOUT_MS", 10000);
     p->retry_ms = ST_MAX(1, st_knob_int("STRATA_POOL_RETRY_MS", 20));
     p->window = (int)ST_MIN(ST_MAX(1, st_knob_int("STRATA_POOL_WINDOW", 64)), 256);
+    p->cwnd = ST_MIN(8, p->window);
+    p->ssthresh = p->window;
     p->zero_threshold = pl_zero_threshold();
     int mtu = 65536;
     for (int i = 0; i < n; i++) {
@@ -250,6 +252,16 @@ strata_status_t strata_pool_open(const char *const *nodes, int n, const char *se
 fail:
     strata_pool_close(p);
     return rc;
+}
+
+strata_status_t strata_pool_join(strata_pool_t *p, const char *group)
+{
+    struct sockaddr_in g;
+    ST_TRY(pn_parse_addr(group, "pool multicast group", &g));
+    if (p->mfd >= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "pool join %s: the client is in a group already",
+                        group);
+    return pn_join_group(&g, &p->addr[0], &p->mfd);
 }
 
 size_t strata_pool_block_bytes(const strata_pool_t *p)
@@ -277,6 +289,8 @@ void strata_pool_close(strata_pool_t *p)
         return;
     if (p->fd >= 0)
         close(p->fd);
+    if (p->mfd >= 0)
+        close(p->mfd);
     free(p->addr);
     free(p->name);
     free(p->token);

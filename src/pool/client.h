@@ -18,6 +18,7 @@
 
 struct strata_pool {
     int fd, n;
+    int mfd; /* the multicast group's socket (strata_pool_join); -1: none */
     struct sockaddr_in *addr;
     char (*name)[32];
     uint64_t *token, *node_bytes;
@@ -29,6 +30,12 @@ struct strata_pool {
     float zero_threshold;
     pn_dgram_t *rx, *tx;
     int ntx;
+    /* Congestion control (engine.c), kept from one operation to the next: the smoothed round trip
+     * and its variation (as TCP's, RFC 6298) set the retransmission timeout, and the window of
+     * packets in flight grows by one per answer up to ssthresh, then by one per window, and halves
+     * once per round trip that loses a packet (AIMD), between 1 and `window`. */
+    double srtt_ns, rttvar_ns, cwnd, ssthresh;
+    uint64_t recovery_ns; /* losses of packets sent before this were already answered by a halving */
     /* The last reduction received as a destination, so its late copies are not taken for a new one. */
     struct sockaddr_in last_origin;
     uint32_t last_flow;
@@ -40,6 +47,7 @@ typedef struct item {
     uint64_t laddr; /* node-local address (read/write/add) */
     size_t off, len; /* bytes of the caller's buffer */
     uint64_t sent_ns;
+    uint8_t tries; /* transmissions; a round trip is measured on the first only (Karn) */
     bool sent, done;
 } item_t;
 
@@ -53,6 +61,8 @@ typedef struct op {
     uint8_t *dst;
     const strata_pool_reduce_t *red;
     struct sockaddr_in dests[STRATA_POOL_MAX_DESTS];
+    struct sockaddr_in group; /* the result goes here once when has_group (the dests confirm) */
+    bool has_group;
     bool dest_done[STRATA_POOL_MAX_DESTS];
     int ndests_done;
     strata_pool_stats_t *stats;
@@ -70,6 +80,10 @@ typedef bool (*pc_on_msg_fn)(void *ctx, const pl_msg_t *m, const struct sockaddr
 int pc_receive(strata_pool_t *p, long long wait_ms, pc_on_msg_fn fn, void *ctx);
 
 bool pc_same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b);
+
+/* The retransmission timeout in ns: the measured round trip plus four times its variation, at
+ * least STRATA_POOL_RETRY_MS (also the timeout before the first measurement). */
+uint64_t pc_rto_ns(const strata_pool_t *p);
 
 /* Runs an operation to completion: every item answered (and, for a reduction, every destination
  * done), or an error naming the silent node after the timeout. */

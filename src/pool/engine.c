@@ -2,6 +2,7 @@
  * answered, answers matched to their packet by (flow, seq); a call fails within the timeout of
  * silence, naming the node that went quiet (docs/pool.md). */
 #include <arpa/inet.h>
+#include <math.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,20 +42,22 @@ void pc_queue(strata_pool_t *p, const struct sockaddr_in *to, pl_hdr_t h, const 
 int pc_receive(strata_pool_t *p, long long wait_ms, pc_on_msg_fn fn, void *ctx)
 {
     flush(p);
-    struct pollfd pfd = {.fd = p->fd, .events = POLLIN};
-    if (poll(&pfd, 1, (int)ST_MIN(wait_ms, INT_MAX)) <= 0)
+    // The client's own socket and its multicast group's (poll skips a negative fd).
+    struct pollfd pfd[2] = {{.fd = p->fd, .events = POLLIN}, {.fd = p->mfd, .events = POLLIN}};
+    if (poll(pfd, 2, (int)ST_MIN(wait_ms, INT_MAX)) <= 0)
         return 0;
     int progress = 0;
-    for (int rounds = 0; rounds < 16; rounds++) {
-        int r = pn_recv_batch(p->fd, p->rx, PC_RX_BATCH);
-        for (int i = 0; i < r; i++) {
-            pl_msg_t m;
-            if (p->rx[i].len != SIZE_MAX && pl_decode(p->rx[i].buf, p->rx[i].len, &m))
-                progress += fn(ctx, &m, &p->rx[i].addr);
+    for (int s = 0; s < 2; s++)
+        for (int rounds = 0; (pfd[s].revents & POLLIN) && rounds < 16; rounds++) {
+            int r = pn_recv_batch(pfd[s].fd, p->rx, PC_RX_BATCH);
+            for (int i = 0; i < r; i++) {
+                pl_msg_t m;
+                if (p->rx[i].len != SIZE_MAX && pl_decode(p->rx[i].buf, p->rx[i].len, &m))
+                    progress += fn(ctx, &m, &p->rx[i].addr);
+            }
+            if (r < PC_RX_BATCH)
+                break;
         }
-        if (r < PC_RX_BATCH)
-            break;
-    }
     flush(p); // what the handlers queued (resends, acknowledgements)
     return progress;
 }
@@ -62,6 +65,42 @@ int pc_receive(strata_pool_t *p, long long wait_ms, pc_on_msg_fn fn, void *ctx)
 bool pc_same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
 {
     return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+/* ---- congestion control -------------------------------------------------------------------------- */
+
+uint64_t pc_rto_ns(const strata_pool_t *p)
+{
+    double floor = (double)p->retry_ms * 1e6;
+    return (uint64_t)(p->srtt_ns > 0 ? fmax(floor, p->srtt_ns + 4 * p->rttvar_ns) : floor);
+}
+
+/* An answer to a packet sent once: a round-trip sample, and the window grows. */
+static void on_answer(strata_pool_t *p, const item_t *it, uint64_t now)
+{
+    if (it->tries == 1) {
+        double rtt = (double)(now - it->sent_ns);
+        if (p->srtt_ns <= 0) {
+            p->srtt_ns = rtt;
+            p->rttvar_ns = rtt / 2;
+        } else {
+            p->rttvar_ns = 0.75 * p->rttvar_ns + 0.25 * fabs(p->srtt_ns - rtt);
+            p->srtt_ns = 0.875 * p->srtt_ns + 0.125 * rtt;
+        }
+    }
+    p->cwnd += p->cwnd < p->ssthresh ? 1 : 1 / p->cwnd;
+    p->cwnd = fmin(p->cwnd, p->window);
+}
+
+/* A packet presumed lost (its timeout passed): the window halves, once for all the packets that
+ * were in flight together. */
+static void on_loss(strata_pool_t *p, const item_t *it, uint64_t now)
+{
+    if (it->sent_ns < p->recovery_ns)
+        return;
+    p->ssthresh = fmax(2, p->cwnd / 2);
+    p->cwnd = p->ssthresh;
+    p->recovery_ns = now;
 }
 
 /* ---- the operation engine ------------------------------------------------------------------------ */
@@ -82,10 +121,13 @@ static void send_item(op_t *o, size_t i)
             hops[k] = (pl_hop_t){p->addr[nd].sin_addr.s_addr, p->addr[nd].sin_port, p->token[nd],
                                  r->route[k].addr + it->off};
         }
-        for (int k = 0; k < r->ndests; k++)
-            dests[k] = (pl_dest_t){o->dests[k].sin_addr.s_addr, o->dests[k].sin_port};
+        int nd = o->has_group ? 1 : r->ndests; // one copy to the group, or one to each
+        for (int k = 0; k < nd; k++) {
+            const struct sockaddr_in *d = o->has_group ? &o->group : &o->dests[k];
+            dests[k] = (pl_dest_t){d->sin_addr.s_addr, d->sin_port};
+        }
         h.hops = (uint8_t)r->hops;
-        h.ndest = (uint8_t)r->ndests;
+        h.ndest = (uint8_t)nd;
         h.flags = r->store ? PL_F_STORE : 0;
         h.token = hops[0].token;
         h.addr = it->off;
@@ -100,6 +142,8 @@ static void send_item(op_t *o, size_t i)
     }
     it->sent = true;
     it->sent_ns = st_now_ns();
+    if (it->tries < UINT8_MAX)
+        it->tries++;
 }
 
 static const char *error_text(uint32_t code)
@@ -124,10 +168,12 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
         return true;
     }
     if (o->kind == PL_REDUCE && h->op == PL_NACK) { // a destination asks for blocks again
+        // Every destination may ask for the same block: it goes again once per timeout.
+        uint64_t now = st_now_ns(), rto = pc_rto_ns(p);
         for (size_t k = 0; k + 4 <= m->payload_len; k += 4) {
             uint32_t s;
             memcpy(&s, m->payload + k, 4);
-            if (s < o->n)
+            if (s < o->n && now - o->items[s].sent_ns >= rto)
                 send_item(o, s);
         }
         return false;
@@ -171,6 +217,7 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
     }
     it->done = true;
     o->ndone++;
+    on_answer(p, it, st_now_ns());
     return true;
 }
 
@@ -210,7 +257,6 @@ static strata_status_t name_silent_hop(op_t *o)
 strata_status_t pc_run(op_t *o)
 {
     strata_pool_t *p = o->p;
-    uint64_t retry_ns = (uint64_t)p->retry_ms * 1000000ull;
     uint64_t last_progress = st_now_ns();
     size_t first_undone = 0;
     int dests = o->red ? o->red->ndests : 0;
@@ -219,13 +265,18 @@ strata_status_t pc_run(op_t *o)
             first_undone++;
         // Never past the node's dedup window from the oldest unanswered packet: a node forgets
         // seqs that fall off it, and must still recognise that one's retransmission.
-        while (o->next < o->n && o->next - o->ndone < (size_t)p->window &&
+        while (o->next < o->n && (double)(o->next - o->ndone) < p->cwnd &&
                o->next < first_undone + PL_DEDUP_WINDOW)
             send_item(o, o->next++);
-        uint64_t now = st_now_ns();
-        for (size_t i = first_undone; i < o->next; i++)
-            if (!o->items[i].done && now - o->items[i].sent_ns >= retry_ns)
+        // A packet unanswered for its timeout goes again, the timeout doubling with every try.
+        uint64_t now = st_now_ns(), rto = pc_rto_ns(p);
+        for (size_t i = first_undone; i < o->next; i++) {
+            item_t *it = &o->items[i];
+            if (!it->done && now - it->sent_ns >= rto << ST_MIN(it->tries - 1, 6)) {
+                on_loss(p, it, now);
                 send_item(o, i);
+            }
+        }
         if (pc_receive(p, p->retry_ms, on_reply, o) > 0)
             last_progress = st_now_ns();
         if (o->err)

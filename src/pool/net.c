@@ -52,21 +52,73 @@ const char *pn_format(const struct sockaddr_in *a, char *buf, size_t size)
     return buf;
 }
 
-strata_status_t pn_socket(const struct sockaddr_in *bind_to, int *fd_out)
+/* A non-blocking UDP socket with large buffers, bound to *bind_to; `shared`: other sockets may
+ * bind the same address (a multicast group's receivers on one host). */
+static strata_status_t open_socket(const struct sockaddr_in *bind_to, bool shared, int *fd_out)
 {
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return st_error_errno(STRATA_ERR_SYSTEM, errno, "pool: socket");
-    int sz = SOCK_BUF_BYTES;
+    int sz = SOCK_BUF_BYTES, one = 1;
     // Best effort: the kernel caps these at net.core.[rw]mem_max.
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-    if (bind(fd, (const struct sockaddr *)bind_to, sizeof *bind_to) != 0) {
+    if ((shared && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) ||
+        bind(fd, (const struct sockaddr *)bind_to, sizeof *bind_to) != 0) {
         int err = errno;
         char a[32];
         close(fd);
         return st_error_errno(STRATA_ERR_SYSTEM, err, "pool: cannot bind %s",
                               pn_format(bind_to, a, sizeof a));
+    }
+    // Multicast leaves by the interface of a specific bound address, not by the routing table,
+    // which may have no route for multicast (a namespace with only its subnet's).
+    if (bind_to->sin_addr.s_addr != htonl(INADDR_ANY) && !IN_MULTICAST(ntohl(bind_to->sin_addr.s_addr)))
+        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &bind_to->sin_addr, sizeof bind_to->sin_addr);
+    *fd_out = fd;
+    return STRATA_OK;
+}
+
+strata_status_t pn_socket(const struct sockaddr_in *bind_to, int *fd_out)
+{
+    return open_socket(bind_to, false, fd_out);
+}
+
+strata_status_t pn_local_addr(const struct sockaddr_in *toward, struct in_addr *out)
+{
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)toward, sizeof *toward) != 0 ||
+        getsockname(fd, (struct sockaddr *)&me, &len) != 0) {
+        int err = errno;
+        char a[32];
+        if (fd >= 0)
+            close(fd);
+        return st_error_errno(STRATA_ERR_IO, err, "pool: no route to %s",
+                              pn_format(toward, a, sizeof a));
+    }
+    close(fd);
+    *out = me.sin_addr;
+    return STRATA_OK;
+}
+
+strata_status_t pn_join_group(const struct sockaddr_in *group, const struct sockaddr_in *toward,
+                              int *fd_out)
+{
+    char a[32];
+    if (!IN_MULTICAST(ntohl(group->sin_addr.s_addr)))
+        return st_error(STRATA_ERR_INVALID_ARG, "pool: %s is not a multicast group (224.0.0.0/4)",
+                        pn_format(group, a, sizeof a));
+    struct ip_mreq mr = {.imr_multiaddr = group->sin_addr};
+    ST_TRY(pn_local_addr(toward, &mr.imr_interface));
+    int fd = -1;
+    ST_TRY(open_socket(group, true, &fd));
+    if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr) != 0) {
+        int err = errno;
+        close(fd);
+        return st_error_errno(STRATA_ERR_IO, err, "pool: cannot join multicast group %s",
+                              pn_format(group, a, sizeof a));
     }
     *fd_out = fd;
     return STRATA_OK;

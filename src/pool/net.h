@@ -28,8 +28,15 @@ int pn_recv_batch(int fd, pn_dgram_t *d, int n);
 strata_status_t pn_parse_addr(const char *text, const char *what, struct sockaddr_in *out);
 /* "a.b.c.d:port" into buf (32 bytes are enough); returns buf. */
 const char *pn_format(const struct sockaddr_in *a, char *buf, size_t size);
-/* A non-blocking UDP socket bound to *bind_to, with large buffers. */
+/* A non-blocking UDP socket bound to *bind_to, with large buffers; bound to a specific address,
+ * its multicast leaves by that address's interface. */
 strata_status_t pn_socket(const struct sockaddr_in *bind_to, int *fd_out);
+/* This host's address on the way to *toward (a connected socket's local address). */
+strata_status_t pn_local_addr(const struct sockaddr_in *toward, struct in_addr *out);
+/* A socket that receives multicast group *group (bound to it, shared with the host's other
+ * members), joined on the interface that leads to *toward. */
+strata_status_t pn_join_group(const struct sockaddr_in *group, const struct sockaddr_in *toward,
+                              int *fd_out);
 /* The path MTU towards dst, discovered with IP_PMTUDISC_DO on a connected socket (loopback:
  * 65536); the knob STRATA_POOL_MTU caps it. */
 int pn_path_mtu(const struct sockaddr_in *dst);

@@ -42,6 +42,14 @@ strata_status_t strata_pool_reduce(strata_pool_t *p, const strata_pool_reduce_t 
               .src = r->src, .dst = r->dst, .red = r};
     for (int k = 0; k < r->ndests; k++)
         ST_TRY(pn_parse_addr(r->dests[k], "pool reduce destination", &o.dests[k]));
+    if (r->group) {
+        ST_TRY(pn_parse_addr(r->group, "pool reduce multicast group", &o.group));
+        if (!IN_MULTICAST(ntohl(o.group.sin_addr.s_addr)))
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "pool reduce: group %s is not a multicast address (224.0.0.0/4)",
+                            r->group);
+        o.has_group = true;
+    }
     o.n = (bytes + p->block - 1) / p->block;
     o.items = calloc(o.n ? o.n : 1, sizeof *o.items);
     if (!o.items)
@@ -60,6 +68,7 @@ typedef struct recv_state {
     size_t bytes, got_blocks, nblocks;
     uint8_t dtype;
     bool have_origin, acked;
+    bool from_known;                /* only results of this origin count */
     struct sockaddr_in origin;
     uint32_t flow;
     uint8_t *got; /* per block */
@@ -79,6 +88,8 @@ static bool on_result(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fr
     if (h->op != PL_RESULT || h->dtype != s->dtype)
         return false;
     if (!s->have_origin) {
+        if (s->from_known && !pc_same_addr(&origin, &s->origin))
+            return false; // another origin's, on a group this client shares
         if (pc_same_addr(&origin, &s->p->last_origin) && (int32_t)(h->flow - s->p->last_flow) <= 0)
             return false; // a late copy of the reduction received before
         size_t B = s->p->block;
@@ -108,15 +119,28 @@ static bool on_result(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fr
 strata_status_t strata_pool_receive(strata_pool_t *p, void *dst, size_t count,
                                     strata_pool_dtype_t dtype)
 {
+    return strata_pool_receive_from(p, NULL, dst, count, dtype);
+}
+
+strata_status_t strata_pool_receive_from(strata_pool_t *p, const char *origin, void *dst,
+                                         size_t count, strata_pool_dtype_t dtype)
+{
     size_t es = pl_dtype_size((uint8_t)dtype);
     if (!es || !dst || !count)
         return st_error(STRATA_ERR_INVALID_ARG, "pool receive: needs a buffer, a count and a dtype");
     recv_state_t s = {.p = p, .dst = dst, .bytes = count * es, .dtype = (uint8_t)dtype};
+    if (origin) {
+        ST_TRY(pn_parse_addr(origin, "pool receive origin", &s.origin));
+        s.from_known = true;
+    }
     uint64_t last_progress = st_now_ns(), timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
+    uint64_t last_nack = 0;
+    int nacks = 0; // since the last progress: each waits twice as long as the one before
     strata_status_t rc = STRATA_OK;
     while (!s.have_origin || s.got_blocks < s.nblocks) {
         if (pc_receive(p, p->retry_ms, on_result, &s) > 0) {
             last_progress = st_now_ns();
+            nacks = 0;
             continue;
         }
         if (st_now_ns() - last_progress > timeout_ns) {
@@ -131,7 +155,11 @@ strata_status_t strata_pool_receive(strata_pool_t *p, void *dst, size_t count,
                                 p->timeout_ms);
             goto out;
         }
-        if (s.have_origin) { // stalled: ask the origin, which holds the source, for the rest
+        uint64_t now = st_now_ns();
+        if (s.have_origin && now - ST_MAX(last_nack, last_progress) >= pc_rto_ns(p) << ST_MIN(nacks, 6)) {
+            // stalled: ask the origin, which holds the source, for the rest
+            last_nack = now;
+            nacks++;
             uint32_t missing[PL_MAX_PAYLOAD / 4];
             size_t k = 0;
             for (size_t i = 0; i < s.nblocks && k < sizeof missing / 4; i++)

@@ -107,6 +107,36 @@ static int allreduce_matches(int rank, int n, void *arg)
     return 0;
 }
 
+/* Two communicators at once (even and odd ranks), each with its own slots and group: every rank
+ * gets its own half's sum. */
+static int halves(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *c = st_test_comm(), *half = NULL;
+    if (!c)
+        return ST_RANK_FAIL("communicator: %s", strata_last_error());
+    ST_RANK_CHECK_OK(strata_comm_split(c, rank % 2, rank, &half));
+    const size_t count = 100003;
+    float *x = malloc(count * 4);
+    st_ref_fill(STRATA_DTYPE_F32, x, count, rank, 5);
+    for (int rep = 0; rep < 3; rep++) {
+        st_ref_fill(STRATA_DTYPE_F32, x, count, rank, 5);
+        ST_RANK_CHECK_OK(strata_allreduce(half, x, x, count, STRATA_DTYPE_F32, STRATA_OP_SUM));
+        for (size_t i = 0; i < count; i++) {
+            double want = 0;
+            for (int r = rank % 2; r < n; r += 2)
+                want += st_ref_input(STRATA_DTYPE_F32, r, 5, i);
+            if (x[i] != (float)want)
+                return ST_RANK_FAIL("half %d, element %zu: %g, expected %g", rank % 2, i,
+                                    (double)x[i], want);
+        }
+    }
+    free(x);
+    strata_comm_destroy(half);
+    strata_comm_destroy(c);
+    return 0;
+}
+
 static void run(int nodes, size_t bytes, double faults, const char *more_env, int from, int to)
 {
     nodes_t ns;
@@ -138,6 +168,24 @@ static void test_tcp(void **state)
 {
     (void)state;
     run(2, 16u << 20, 0, "STRATA_COMM_TRANSPORT=tcp", 3, 3);
+}
+
+/* Results by multicast (each communicator's group on loopback), with and without faults, and a
+ * split: its own group, so two communicators' results never mix. */
+static void test_multicast(void **state)
+{
+    (void)state;
+    run(2, 16u << 20, 0, "STRATA_POOL_MULTICAST=239.192.78.0:47110", 2, 5);
+    run(2, 16u << 20, 0.02, "STRATA_POOL_MULTICAST=239.192.78.0:47110;STRATA_POOL_RETRY_MS=5", 4, 4);
+    for (int mc = 0; mc < 2; mc++) {
+        nodes_t ns;
+        start_nodes(&ns, 2, 16u << 20, 0, mc ? "STRATA_POOL_MULTICAST=239.192.78.0:47110" : NULL);
+        st_ranks_opts_t o = {.deadline_ms = 120000, .extra_env = ns.env, .expect_fail_rank = -1,
+                             .secret = SECRET};
+        int rc = st_test_ranks(6, halves, NULL, &o);
+        stop_nodes(&ns);
+        assert_int_equal(rc, 0);
+    }
 }
 
 /* Lost, duplicated and reordered packets at every node: results still exact. */
@@ -208,6 +256,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_and_nodes), cmocka_unit_test(test_tcp),
+        cmocka_unit_test(test_multicast),
         cmocka_unit_test(test_faults),          cmocka_unit_test(test_chunks),
         cmocka_unit_test(test_dead_node),
     };

@@ -424,6 +424,7 @@ typedef struct rank_arg {
     float *in, *out;
     pthread_barrier_t *written, *ports_known;
     int *ports;
+    const char *group; /* the result by multicast to it (NULL: to each rank) */
     strata_status_t rc;
     char err[256];
 } rank_arg_t;
@@ -438,6 +439,8 @@ static void *rank_main(void *arg)
     a->rc = strata_pool_open(addrs, RANKS - 1, SECRET, LONG_MS, &p);
     if (a->rc == STRATA_OK && a->rank > 0) // rank r's buffer goes to node r - 1's block
         a->rc = strata_pool_write_node(p, a->rank - 1, 0, a->in, a->count * 4);
+    if (a->rc == STRATA_OK && a->rank > 0 && a->group)
+        a->rc = strata_pool_join(p, a->group);
     a->ports[a->rank] = p ? strata_pool_port(p) : 0;
     pthread_barrier_wait(a->written);
     if (a->rc == STRATA_OK) {
@@ -452,7 +455,8 @@ static void *rank_main(void *arg)
             }
             strata_pool_reduce_t op = {.src = a->in, .dst = a->out, .count = a->count,
                                        .dtype = STRATA_POOL_F32, .route = route,
-                                       .hops = RANKS - 1, .dests = dests, .ndests = RANKS - 1};
+                                       .hops = RANKS - 1, .dests = dests, .ndests = RANKS - 1,
+                                       .group = a->group};
             a->rc = strata_pool_reduce(p, &op);
         } else {
             a->rc = strata_pool_receive(p, a->out, a->count, STRATA_POOL_F32);
@@ -464,7 +468,7 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void allreduce_check(double drop, double dup, double reorder)
+static void allreduce_check(double drop, double dup, double reorder, const char *group)
 {
     node_thread_t t[RANKS - 1] = {0};
     start_nodes(t, RANKS - 1, drop, dup, reorder);
@@ -476,7 +480,8 @@ static void allreduce_check(double drop, double dup, double reorder)
     pthread_t tid[RANKS];
     float *ref = malloc(count * 4);
     for (int r = 0; r < RANKS; r++) {
-        a[r] = (rank_arg_t){.t = t, .rank = r, .count = count, .written = &written, .ports = ports};
+        a[r] = (rank_arg_t){.t = t, .rank = r, .count = count, .written = &written, .ports = ports,
+                            .group = group};
         a[r].in = malloc(count * 4);
         a[r].out = malloc(count * 4);
         fill(a[r].in, count, 40u + (unsigned)r);
@@ -503,8 +508,31 @@ static void allreduce_check(double drop, double dup, double reorder)
 static void test_allreduce_to_every_rank(void **state)
 {
     (void)state;
-    allreduce_check(0, 0, 0);
-    allreduce_check(0.1, 0.1, 0.1);
+    allreduce_check(0, 0, 0, NULL);
+    allreduce_check(0.1, 0.1, 0.1, NULL);
+}
+
+/* The result by multicast: the last hop sends each block once, to a group the receivers joined
+ * (on loopback here), with the same faults; a group that is not multicast is refused. */
+static void test_allreduce_multicast(void **state)
+{
+    (void)state;
+    allreduce_check(0, 0, 0, "239.192.77.1:47101");
+    allreduce_check(0.1, 0.1, 0.1, "239.192.77.2:47102");
+    node_thread_t t[1] = {0};
+    start_nodes(t, 1, 0, 0, 0);
+    const char *addrs[1] = {t[0].addr};
+    strata_pool_t *p;
+    assert_int_equal(strata_pool_open(addrs, 1, SECRET, LONG_MS, &p), STRATA_OK);
+    assert_int_equal(strata_pool_join(p, "127.0.0.1:47103"), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "not a multicast group"));
+    float x[4] = {1, 2, 3, 4};
+    strata_pool_hop_t hop = {0, 0};
+    strata_pool_reduce_t op = {.src = x, .dst = x, .count = 4, .dtype = STRATA_POOL_F32,
+                               .route = &hop, .hops = 1, .group = "127.0.0.1:47104"};
+    assert_int_equal(strata_pool_reduce(p, &op), STRATA_ERR_INVALID_ARG);
+    strata_pool_close(p);
+    stop_nodes(t, 1);
 }
 
 /* A destination that misses a block asks the origin for it (NACK) and still gets the whole result.
@@ -743,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_small_mtu),
         cmocka_unit_test(test_faults_exact),
         cmocka_unit_test(test_allreduce_to_every_rank),
+        cmocka_unit_test(test_allreduce_multicast),
         cmocka_unit_test(test_receiver_repairs_by_nack),
         cmocka_unit_test(test_dead_node_named),
         cmocka_unit_test(test_wrong_secret),

@@ -610,7 +610,7 @@ static void test_pool(void **state)
     strata_price_table(&s, STRATA_COLL_ALLREDUCE, &t);
     assert_int_equal(t.nlines[STRATA_ALGO_POOL], 0);
     const double P = 1e10, lat = 1e-6; // ten times a member's link
-    strata_price_shape_pool(&s, 2, P, lat);
+    strata_price_shape_pool(&s, 2, P, lat, false);
     const double per_node = 4, n = 8; // ceil(7 / 2)
     ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
                  2 * lat + a + B * fmax(b, per_node / P) + 8 * lat + B * fmax(b, n / P) +
@@ -627,6 +627,11 @@ static void test_pool(void **state)
     }
     assert_true(strata_price_table_choose(&t, B, STRATA_PRICE_OFFER(STRATA_ALGO_POOL), &p) > 0);
     assert_int_equal(p.algo, STRATA_ALGO_POOL);
+    // By multicast the last node sends one copy: on nodes as fast as a member, the fan-out costs
+    // B at a member's rate instead of n B at the node's.
+    strata_price_shape_pool(&s, 2, 1 / b, lat, true);
+    ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
+                 2 * lat + a + B * per_node * b + 8 * lat + B * b + per_node * B * g);
 }
 
 int main(void)

@@ -37,11 +37,13 @@ typedef struct st_topo {
  * a client opened on first use. */
 typedef struct st_pool_conn st_pool_conn_t;
 /* NULL when STRATA_POOL_NODES names no node (or memory is short): the algorithm is not offered.
- * world_size: ranks of the world, each of which owns a slot of the pool. */
-st_pool_conn_t *st_pool_conn_new(int world_size);
+ * world_size: ranks of the world, each of which owns a slot of the pool; ctx: the communicator's
+ * context id, which picks its multicast group (STRATA_POOL_MULTICAST). */
+st_pool_conn_t *st_pool_conn_new(int world_size, uint32_t ctx);
 void st_pool_conn_free(st_pool_conn_t *c);
-/* Nodes of the pool (0 for NULL). */
+/* Nodes of the pool (0 for NULL), and whether results go by multicast (STRATA_POOL_MULTICAST). */
 int st_pool_conn_nodes(const st_pool_conn_t *c);
+bool st_pool_conn_multicast(const st_pool_conn_t *c);
 
 typedef struct st_coll_args {
     strata_coll_t coll;

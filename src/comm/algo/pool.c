@@ -10,7 +10,11 @@
  *      receiver missed by sending it through the chain again, so no rank may overwrite its block.
  *
  * Blocks: every world rank owns one slot of the pool, on node (world rank mod N), so communicators
- * with different members never share one. A rank runs one pool allreduce at a time. */
+ * with different members never share one. A rank runs one pool allreduce at a time.
+ *
+ * The result: with STRATA_POOL_MULTICAST, the last hop sends it once to the communicator's
+ * multicast group (the base group plus the communicator's context in the low 12 bits) and the
+ * network copies it; when any rank could not join, to each rank. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -32,13 +36,39 @@ struct st_pool_conn {
     strata_pool_t *client; /* opened on the first pool allreduce */
     char self[64];         /* "ADDR:PORT" where this rank's results arrive */
     size_t slot;           /* bytes of one world rank's slot */
+    char group[64];        /* the communicator's multicast group; "" for none */
+    bool joined;           /* this rank receives the group */
 };
 
 /* This rank's slot is in use from its write until rank 0 says the reduction is over (rank 0
  * itself writes no slot: its part travels in the packets). */
 static atomic_bool slot_busy;
 
-st_pool_conn_t *st_pool_conn_new(int world_size)
+/* The communicator's group: STRATA_POOL_MULTICAST's address plus ctx in its low 12 bits. */
+static void group_of(uint32_t ctx, char *out, size_t len)
+{
+    const char *base = st_knob_str("STRATA_POOL_MULTICAST");
+    char host[64];
+    const char *colon = strrchr(base, ':');
+    struct in_addr a;
+    size_t hl = colon ? (size_t)(colon - base) : 0;
+    out[0] = '\0';
+    if (!*base)
+        return;
+    if (!colon || hl >= sizeof host || (memcpy(host, base, hl), host[hl] = '\0',
+                                        inet_pton(AF_INET, host, &a) != 1) ||
+        !IN_MULTICAST(ntohl(a.s_addr))) {
+        ST_LOG_WARN(ST_SUB_COMM, "STRATA_POOL_MULTICAST '%s' is not a multicast ADDR:PORT; the "
+                    "pool allreduce sends its results by unicast", base);
+        return;
+    }
+    a.s_addr = htonl((ntohl(a.s_addr) & ~0xfffu) | (ctx & 0xfffu));
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &a, ip, sizeof ip);
+    snprintf(out, len, "%s%s", ip, colon);
+}
+
+st_pool_conn_t *st_pool_conn_new(int world_size, uint32_t ctx)
 {
     const char *spec = st_knob_str("STRATA_POOL_NODES");
     if (!spec || !*spec)
@@ -47,6 +77,7 @@ st_pool_conn_t *st_pool_conn_new(int world_size)
     if (!c)
         return NULL;
     c->world_size = world_size;
+    group_of(ctx, c->group, sizeof c->group);
     for (const char *p = spec; *p;) {
         size_t len = strcspn(p, ",");
         char **nodes = len ? realloc(c->nodes, (size_t)(c->n + 1) * sizeof *nodes) : c->nodes;
@@ -80,6 +111,11 @@ void st_pool_conn_free(st_pool_conn_t *c)
 int st_pool_conn_nodes(const st_pool_conn_t *c)
 {
     return c ? c->n : 0;
+}
+
+bool st_pool_conn_multicast(const st_pool_conn_t *c)
+{
+    return c && c->group[0];
 }
 
 /* This host's address towards node 0: where the pool reaches this rank. */
@@ -136,14 +172,21 @@ static strata_status_t conn_open(st_pool_conn_t *c)
     }
     c->client = p;
     snprintf(c->self, sizeof c->self, "%s:%d", ip, strata_pool_port(p));
+    if (c->group[0]) {
+        c->joined = strata_pool_join(p, c->group) == STRATA_OK;
+        if (!c->joined)
+            ST_LOG_WARN(ST_SUB_COMM, "pool allreduce: results come by unicast: %s",
+                        strata_last_error());
+    }
     return STRATA_OK;
 }
 
-/* What a rank tells rank 0 after writing its block. */
+/* What a rank tells rank 0 after writing its block (and rank 0 tells every rank). */
 typedef struct ready {
     int32_t status;
-    char addr[64]; /* where its result goes */
-    char error[188];
+    int32_t joined; /* it receives the communicator's multicast group */
+    char addr[64];  /* where its result goes (rank 0: where the reduction comes from) */
+    char error[184];
 } ready_t;
 
 /* One chunk of one rank's allreduce. */
@@ -155,8 +198,8 @@ typedef struct chunk {
     strata_pool_dtype_t dtype;
     int rank, n;
     bool first, last; /* chunks of this call */
-    ready_t mine;     /* ranks 1..n-1: sent to rank 0 */
-    ready_t *peers;   /* rank 0: from ranks 1..n-1, [rank] */
+    ready_t mine;     /* ranks 1..n-1: sent to rank 0; rank 0: sent to every rank */
+    ready_t *peers;   /* rank 0: from ranks 1..n-1, [rank]; others: [0] from rank 0 */
     int32_t over;     /* rank 0 -> all: the reduction is over */
 } chunk_t;
 
@@ -188,6 +231,7 @@ static strata_status_t write_block(st_sched_t *s, st_ep_t *ep, const int *world,
     strata_status_t rc = strata_pool_write_node(c->client, w % c->n, slot_addr(c, w), k->src,
                                                 k->count * (k->dtype == STRATA_POOL_F32 ? 4 : 2));
     k->mine.status = rc;
+    k->mine.joined = c->joined;
     snprintf(k->mine.addr, sizeof k->mine.addr, "%s", c->self);
     if (rc < 0) {
         snprintf(k->mine.error, sizeof k->mine.error, "%s", strata_last_error());
@@ -215,12 +259,15 @@ static strata_status_t reduce_chain(st_sched_t *s, st_ep_t *ep, const int *world
         for (int r = 1; r < k->n; r++)
             if (world[r] % c->n == node)
                 route[hops++] = (strata_pool_hop_t){node, slot_addr(c, world[r])};
+    bool all_joined = c->group[0];
     for (int r = 1; r < k->n; r++) {
         k->peers[r].addr[sizeof k->peers[r].addr - 1] = '\0';
         dests[r - 1] = k->peers[r].addr;
+        all_joined &= k->peers[r].joined != 0;
     }
     strata_pool_reduce_t op = {.src = k->src, .dst = k->dst, .count = k->count, .dtype = k->dtype,
-                               .route = route, .hops = hops, .dests = dests, .ndests = k->n - 1};
+                               .route = route, .hops = hops, .dests = dests, .ndests = k->n - 1,
+                               .group = all_joined ? c->group : NULL};
     strata_status_t rc = strata_pool_reduce(c->client, &op);
     k->over = rc;
     return rc;
@@ -235,7 +282,9 @@ static strata_status_t receive(st_sched_t *s, st_ep_t *ep, const int *world, voi
     chunk_t *k = arg;
     if (k->mine.status < 0)
         return st_error(k->mine.status, "%s", k->mine.error);
-    strata_status_t rc = strata_pool_receive(k->conn->client, k->dst, k->count, k->dtype);
+    k->peers[0].addr[sizeof k->peers[0].addr - 1] = '\0';
+    strata_status_t rc = strata_pool_receive_from(k->conn->client, k->peers[0].addr, k->dst,
+                                                  k->count, k->dtype);
     if (rc < 0) {
         atomic_store(&slot_busy, false);
         return st_error(rc, "pool allreduce: the result of rank 0's reduction did not arrive (its "
@@ -273,7 +322,7 @@ static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
     const strata_pool_dtype_t dtype = a->dtype == STRATA_DTYPE_F32 ? STRATA_POOL_F32
                                                                    : STRATA_POOL_BF16;
     const size_t per = c->slot / a->esize, nchunks = (a->count + per - 1) / per;
-    const size_t npeers = r == 0 ? (size_t)n : 0;
+    const size_t npeers = r == 0 ? (size_t)n : 1;
     chunk_t *chunks = st_sched_scratch(s, nchunks * (sizeof *chunks + npeers * sizeof(ready_t)));
     if (!chunks)
         return s->build_rc;
@@ -290,11 +339,14 @@ static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
                        .n = n,
                        .first = i == 0,
                        .last = i + 1 == nchunks,
-                       .peers = r == 0 ? peers + i * npeers : NULL};
+                       .peers = peers + i * npeers};
         uint32_t tag = 2 * (uint32_t)i;
         if (r == 0) {
-            for (int p = 1; p < n; p++)
+            snprintf(k->mine.addr, sizeof k->mine.addr, "%s", c->self);
+            for (int p = 1; p < n; p++) {
                 st_sched_recv(s, p, tag, &k->peers[p], sizeof(ready_t));
+                st_sched_send(s, p, tag, &k->mine, sizeof k->mine);
+            }
             st_sched_round(s);
             st_sched_call(s, reduce_chain, k);
             st_sched_round(s);
@@ -303,6 +355,7 @@ static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
         } else {
             st_sched_call(s, write_block, k);
             st_sched_send(s, 0, tag, &k->mine, sizeof k->mine);
+            st_sched_recv(s, 0, tag, &k->peers[0], sizeof(ready_t));
             st_sched_round(s);
             st_sched_call(s, receive, k);
             st_sched_round(s);

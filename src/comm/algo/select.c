@@ -87,7 +87,7 @@ static void shape_pool(const st_coll_args_t *a, strata_price_shape_t *s)
     const strata_price_level_t *t = &s->level[s->top];
     long long mbit = st_knob_int("STRATA_POOL_MBIT", 0);
     strata_price_shape_pool(s, st_pool_conn_nodes(a->pool), mbit > 0 ? mbit * 1e6 / 8 : t->link_Bps,
-                            t->latency_s);
+                            t->latency_s, st_pool_conn_multicast(a->pool));
 }
 
 /* The price table of the call's collective: memoised with the communicator's place on the fabric,
