@@ -37,6 +37,11 @@
 #                      addresses in rack order, comma-separated (tree shapes only)
 #   --switch-run CMD   run CMD in every switch node (SWITCH=rack, SWITCH_ADDR set) before the ranks
 #                      start, in the background until the end; needs --switch-nodes
+#   --loss PCT         every bridge a frame crosses drops it with probability PCT percent (e.g. 0.1;
+#                      nftables' random numbers in the bridges' forward hook, so TCP and UDP lose
+#                      alike; a frame between racks crosses three bridges). Needs nft (nftables)
+#   --mtu M            every link's MTU (default 1500; 9000: jumbo frames, as NetDAM and many
+#                      training fabrics use)
 #   --queue-bytes B    every shaped link queues at most B bytes (tbf limit) instead of 200 ms worth:
 #                      a small B makes bursts overflow and drop packets, real loss (no netem here)
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
@@ -57,7 +62,7 @@
 set -euo pipefail
 
 racks=2 hosts=4 zones=0 rph=1 mbit=800 oversub=8 zoversub=2 numbering=rr keep="" rack_hosts=""
-path_only=0 torus="" ecmp=0 switches=0 switch_mbit="" switch_run="" queue=""
+path_only=0 torus="" ecmp=0 switches=0 switch_mbit="" switch_run="" queue="" mtu=1500 loss=""
 runs=() launch=""
 while (($#)); do
     case "$1" in
@@ -78,6 +83,8 @@ while (($#)); do
     --switch-mbit) switch_mbit=$2; shift 2 ;;
     --switch-run) switch_run=$2; shift 2 ;;
     --queue-bytes) queue=$2; shift 2 ;;
+    --mtu) mtu=$2; shift 2 ;;
+    --loss) loss=$2; shift 2 ;;
     --run) runs+=("$2"); shift 2 ;;
     --launch) launch=$2; shift 2 ;;
     -h | --help) sed -n "2,$(grep -n '^# Exit status 77' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
@@ -103,6 +110,9 @@ else
     [ -z "$switch_run$switch_mbit" ] || { echo "emu_cluster: --switch-run and --switch-mbit need --switch-nodes" >&2; exit 2; }
 fi
 [ -z "$queue" ] || [[ $queue =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --queue-bytes must be a positive integer" >&2; exit 2; }
+[ -z "$loss" ] || [[ $loss =~ ^[0-9]*\.?[0-9]{0,3}$ && $loss != . ]] || { echo "emu_cluster: --loss is a percentage with at most 3 decimals (0.1)" >&2; exit 2; }
+[ -z "$loss" ] || command -v nft >/dev/null || { echo "emu_cluster: --loss needs nft (apt-get install nftables)" >&2; exit 2; }
+[[ $mtu =~ ^[0-9]+$ ]] && ((mtu >= 576 && mtu <= 65535)) || { echo "emu_cluster: --mtu must be 576..65535" >&2; exit 2; }
 nz=$((zones > 0 ? zones : 1))
 if [ -n "$rack_hosts" ]; then # racks of the sizes listed
     IFS=, read -ra rsize <<<"$rack_hosts"
@@ -156,8 +166,8 @@ shape() { # shape DEV NS MBIT: tbf on DEV's egress
 
 link_pair() { # link_pair NS_A DEV_A NS_B DEV_B
     ip link add "$2" netns "$1" type veth peer name "$4" netns "$3"
-    ip netns exec "$1" ip link set "$2" up
-    ip netns exec "$3" ip link set "$4" up
+    ip netns exec "$1" ip link set "$2" mtu "$mtu" up
+    ip netns exec "$3" ip link set "$4" mtu "$mtu" up
 }
 
 bridge() { # bridge NAME
@@ -173,6 +183,12 @@ if ! ip netns add "$FAB" 2>/dev/null; then
     exit 77
 fi
 ip netns exec "$FAB" ip link set lo up
+if [ -n "$loss" ]; then # random loss in every bridge: PCT percent = PCT*1000 in 100000
+    per=$(awk -v p="$loss" 'BEGIN { printf "%d", p * 1000 + 0.5 }')
+    ip netns exec "$FAB" nft add table bridge emu
+    ip netns exec "$FAB" nft "add chain bridge emu lossy { type filter hook forward priority 0; }"
+    ip netns exec "$FAB" nft add rule bridge emu lossy numgen random mod 100000 "<" "$per" counter drop
+fi
 bridge "${P}sp"
 rack_up=() # per rack: its hosts' NICs over the oversubscription
 for ((k = 0; k < nracks; k++)); do

@@ -37,6 +37,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_POOL_NODES", "", "pool nodes (comma list of ADDR:PORT of `strata pool serve`) for the pool allreduce algorithm and `strata train --optimizer-in-pool`"},
     {"STRATA_POOL_MBIT", "", "a pool node's link in Mbit/s, for the price of the pool allreduce (default: a rank's own link at the outermost level its communicator crosses)"},
     {"STRATA_POOL_MULTICAST", "", "multicast ADDR:PORT (224.0.0.0/4) from which each communicator's pool allreduce takes its group (the address plus the communicator's context in the low 12 bits): the result crosses each link once; unset: one unicast copy per rank"},
+    {"STRATA_POOL_SECRET", "", "the secret the pool nodes hold (`strata pool serve` reads it from STRATA_SECRET by default), for the pool allreduce and --optimizer-in-pool; unset: STRATA_SECRET (which `strata launch` makes anew for every job)"},
     {"STRATA_POOL_TIMEOUT_MS", "10000", "a pool client call fails after this long without an answer, naming the silent node (strata_pool_open's timeout < 0 uses it)"},
     {"STRATA_POOL_RETRY_MS", "20", "a pool client resends a packet not answered within this, in ms (retransmissions are harmless: ADD and WRITE apply once)"},
     {"STRATA_POOL_WINDOW", "64", "packets a pool client keeps in flight per operation (1-256)"},

@@ -268,11 +268,14 @@ strata_status_t pc_run(op_t *o)
         while (o->next < o->n && (double)(o->next - o->ndone) < p->cwnd &&
                o->next < first_undone + PL_DEDUP_WINDOW)
             send_item(o, o->next++);
-        // A packet unanswered for its timeout goes again, the timeout doubling with every try.
+        // A packet unanswered for its timeout goes again, the timeout doubling with every try, up
+        // to a tenth of the call's timeout: a lost packet must get several tries before silence
+        // is taken for a dead node.
         uint64_t now = st_now_ns(), rto = pc_rto_ns(p);
+        uint64_t most = ST_MAX(rto, (uint64_t)p->timeout_ms * 100000ull);
         for (size_t i = first_undone; i < o->next; i++) {
             item_t *it = &o->items[i];
-            if (!it->done && now - it->sent_ns >= rto << ST_MIN(it->tries - 1, 6)) {
+            if (!it->done && now - it->sent_ns >= ST_MIN(rto << ST_MIN(it->tries - 1, 6), most)) {
                 on_loss(p, it, now);
                 send_item(o, i);
             }

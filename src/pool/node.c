@@ -242,38 +242,48 @@ static void on_reduce(strata_pool_node_t *n, session_t *s, const pl_msg_t *m,
     }
     struct sockaddr_in origin = {.sin_family = AF_INET, .sin_port = h.origin_port,
                                  .sin_addr.s_addr = h.origin_ip};
-    const pl_hop_t *me = &m->hop[0];
-    uint32_t err = check_block(n, me->addr, h.len, h.dtype);
-    if (err) {
-        reply_error(n, &origin, &h, err);
-        return;
-    }
-    uint8_t *block = n->mem + me->addr;
-    bool last = h.hops == 1, store = last && (h.flags & PL_F_STORE);
     if (h.flags & PL_F_ZERO)
         n->st.zero_in++;
-    if (store && seen_before(s, h.flow, h.seq)) {
-        // Stored already: the block holds the sum, which is the result; never add twice.
-        n->st.duplicates++;
-        memcpy(n->work, block, h.len);
-    } else {
-        if (h.flags & PL_F_ZERO)
-            memcpy(n->work, block, h.len);
-        else {
-            memcpy(n->work, m->payload, h.len);
-            pk_add(h.dtype, n->work, block, h.len);
+    // This hop and every one after it that names this node again (same address, as the client
+    // wrote them) are served here at once: the packet leaves the node once, not once per hop.
+    bool zero = h.flags & PL_F_ZERO;
+    int k = 0;
+    for (;; k++) {
+        const pl_hop_t *me = &m->hop[k];
+        uint32_t err = check_block(n, me->addr, h.len, h.dtype);
+        if (err) {
+            reply_error(n, &origin, &h, err);
+            return;
         }
-        n->st.adds++;
-        if (store)
-            memcpy(block, n->work, h.len);
+        uint8_t *block = n->mem + me->addr;
+        bool last = h.hops - k == 1, store = last && (h.flags & PL_F_STORE);
+        if (store && seen_before(s, h.flow, h.seq)) {
+            // Stored already: the block holds the sum, which is the result; never add twice.
+            n->st.duplicates++;
+            memcpy(n->work, block, h.len);
+        } else {
+            if (k == 0 && zero)
+                memcpy(n->work, block, h.len);
+            else if (k == 0) {
+                memcpy(n->work, m->payload, h.len);
+                pk_add(h.dtype, n->work, block, h.len);
+            } else {
+                pk_add(h.dtype, n->work, block, h.len);
+            }
+            n->st.adds++;
+            if (store)
+                memcpy(block, n->work, h.len);
+        }
+        if (last || m->hop[k + 1].ip != m->hop[0].ip || m->hop[k + 1].port != m->hop[0].port)
+            break;
     }
     h.flags &= (uint8_t)~PL_F_ZERO;
-    if (!last) {
-        h.hops--;
-        h.token = m->hop[1].token;
-        struct sockaddr_in next = {.sin_family = AF_INET, .sin_port = m->hop[1].port,
-                                   .sin_addr.s_addr = m->hop[1].ip};
-        send_msg(n, &next, h, &m->hop[1], m->dest, n->work);
+    if (h.hops - k > 1) {
+        h.hops = (uint8_t)(h.hops - k - 1);
+        h.token = m->hop[k + 1].token;
+        struct sockaddr_in next = {.sin_family = AF_INET, .sin_port = m->hop[k + 1].port,
+                                   .sin_addr.s_addr = m->hop[k + 1].ip};
+        send_msg(n, &next, h, &m->hop[k + 1], m->dest, n->work);
         n->st.forwards++;
         return;
     }

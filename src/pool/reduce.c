@@ -156,7 +156,9 @@ strata_status_t strata_pool_receive_from(strata_pool_t *p, const char *origin, v
             goto out;
         }
         uint64_t now = st_now_ns();
-        if (s.have_origin && now - ST_MAX(last_nack, last_progress) >= pc_rto_ns(p) << ST_MIN(nacks, 6)) {
+        uint64_t wait = ST_MIN(pc_rto_ns(p) << ST_MIN(nacks, 6),
+                               ST_MAX(pc_rto_ns(p), timeout_ns / 10)); // as the engine's retries
+        if (s.have_origin && now - ST_MAX(last_nack, last_progress) >= wait) {
             // stalled: ask the origin, which holds the source, for the rest
             last_nack = now;
             nacks++;

@@ -108,4 +108,14 @@ bench 2 allreduce --sizes 4K -n 2 -w 0 --json
 check "--json: in_place and wrong fields" \
     python3 -c "import json,sys; o=json.loads(open('$TMP/out').readline()); sys.exit(not (o['wrong'] == 0 and o['in_place']['wrong'] == 0 and o['correct'] is True and o['average'] == 'avg'))"
 
+# 7. --zero-blocks: half the 8 KiB blocks zero on every rank, still checked element by element (the
+# zero blocks must come back zero, the others the usual sums); only for sums.
+bench 3 allreduce --sizes 1M -n 2 -w 0 --zero-blocks 50 --json
+check "--zero-blocks 50: allreduce correct out of place and in place" \
+    python3 -c "import json,sys; o=json.loads(open('$TMP/out').readline()); sys.exit(not (o['wrong'] == 0 and o['in_place']['wrong'] == 0))"
+"$STRATA" bench allreduce -o max --zero-blocks 50 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "--zero-blocks with -o max is refused (rc=$rc)" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- '--zero-blocks is for reductions with -o sum' '$TMP/err'"
+
 finish

@@ -85,8 +85,18 @@ bench_fill_t bench_fill_make(strata_coll_t coll, strata_dtype_t dt, strata_op_t 
     return f;
 }
 
+/* Whether element i lies in one of the all-zero 8 KiB blocks: block b is zero when b * 37 mod 100
+ * (which visits every residue) falls below the percentage, so zero blocks spread evenly. */
+static bool in_zero_block(const bench_fill_t *f, size_t i)
+{
+    size_t block = i * strata_dtype_size(f->dtype) / 8192;
+    return f->zero_pct && (int)(block * 37 % 100) < f->zero_pct;
+}
+
 static double red_value(const bench_fill_t *f, int rank, size_t i)
 {
+    if (in_zero_block(f, i))
+        return 0;
     switch (f->op) {
     case STRATA_OP_PROD:
         return (((size_t)rank + i) % (size_t)f->nranks == 0) ? 2 : 1;
@@ -103,6 +113,8 @@ static double red_value(const bench_fill_t *f, int rank, size_t i)
 static double red_expect(const bench_fill_t *f, size_t i)
 {
     size_t n = (size_t)f->nranks, m = f->m, start = i % m;
+    if (in_zero_block(f, i))
+        return 0;
     switch (f->op) {
     case STRATA_OP_PROD:
         return 2;

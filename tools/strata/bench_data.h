@@ -47,6 +47,7 @@ typedef struct bench_fill {
     int nranks, root;
     unsigned m;    /* sum/min/max: values cycle through 0..m-1 */
     unsigned kmod; /* avg: the expected value cycles through 1..kmod */
+    int zero_pct;  /* sum: this percent of the 8 KiB blocks are zero everywhere (spread evenly) */
 } bench_fill_t;
 
 bench_fill_t bench_fill_make(strata_coll_t coll, strata_dtype_t dtype, strata_op_t op, int nranks,

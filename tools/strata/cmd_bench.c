@@ -55,6 +55,7 @@ typedef struct bench_opts {
     int root;
     bool json;
     bool registered; /* -R 1: buffers from strata_mem_alloc */
+    int zero_pct;    /* --zero-blocks: percent of 8 KiB blocks that are all zero */
 } bench_opts_t;
 
 static void usage(FILE *f)
@@ -92,6 +93,9 @@ static void usage(FILE *f)
             "strata's own:\n"
             "  --sizes LIST          explicit comma-separated sizes instead of -b/-e/-f (8,64K,1M)\n"
             "  --json                one JSON object per size instead of the table\n"
+            "  --zero-blocks PCT     PCT percent of the inputs' 8 KiB blocks are all zero on every\n"
+            "                        rank (sparse gradients; sum only): what the pool's zero\n"
+            "                        filter skips\n"
             "\n"
             "SIZE is the collective's largest buffer, as in nccl-tests: for reduce_scatter,\n"
             "allgather, alltoall, gather and scatter it holds all nranks blocks. Each size runs\n"
@@ -224,7 +228,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
                         .iters = 20, .agg = 1, .warmup = 5, .check = 1, .average = AVG_MEAN,
                         .dtypes = {STRATA_DTYPE_F32}, .ndtypes = 1, .ops = {STRATA_OP_SUM},
                         .nops = 1};
-    enum { OPT_SIZES = 1000, OPT_JSON };
+    enum { OPT_SIZES = 1000, OPT_JSON, OPT_ZERO };
     static const struct option longopts[] = {
         {"nthreads", 1, 0, 't'},     {"ngpus", 1, 0, 'g'},          {"minbytes", 1, 0, 'b'},
         {"maxbytes", 1, 0, 'e'},     {"stepbytes", 1, 0, 'i'},      {"stepfactor", 1, 0, 'f'},
@@ -234,7 +238,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         {"stream_null", 1, 0, 'y'},  {"timeout", 1, 0, 'T'},        {"cudagraph", 1, 0, 'G'},
         {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'},      {"output_file", 1, 0, 'F'},
         {"local_register", 1, 0, 'R'}, {"help", 0, 0, 'h'},        {"sizes", 1, 0, OPT_SIZES},
-        {"json", 0, 0, OPT_JSON},    {0, 0, 0, 0}};
+        {"json", 0, 0, OPT_JSON},    {"zero-blocks", 1, 0, OPT_ZERO}, {0, 0, 0, 0}};
     int c, flag01 = 0, rc = 0;
     optind = 0; // GNU getopt: full reinitialisation
     opterr = 0;
@@ -342,6 +346,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         case OPT_JSON:
             o->json = true;
             break;
+        case OPT_ZERO:
+            rc = int_arg("--zero-blocks", v, 0, 100, &o->zero_pct);
+            break;
         case ':':
             rc = usage_error("%s needs a value", argv[optind - 1]);
             break;
@@ -358,6 +365,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o)
         return usage_error("unexpected argument '%s'", argv[optind + 1]);
     if (parse_coll(argv[optind], &o->coll) != STRATA_OK)
         return usage_error("unknown collective '%s'", argv[optind]);
+    if (o->zero_pct && (!bench_has_op(o->coll) || o->nops != 1 || o->ops[0] != STRATA_OP_SUM))
+        return usage_error("%s", "--zero-blocks is for reductions with -o sum");
     if (o->nsizes)
         return 0;
     if (o->min_bytes > o->max_bytes)
@@ -496,7 +505,8 @@ static strata_status_t bench_pass(strata_comm_t *comm, const bench_opts_t *o, co
                                   const char **what)
 {
     const int rank = strata_comm_rank(comm), nranks = strata_comm_size(comm);
-    const bench_fill_t f = bench_fill_make(k->coll, k->dtype, k->op, nranks, k->root);
+    bench_fill_t f = bench_fill_make(k->coll, k->dtype, k->op, nranks, k->root);
+    f.zero_pct = o->zero_pct;
     const bool data = k->coll != STRATA_COLL_BARRIER;
     if (data && o->check)
         bench_fill_inputs(&f, sh, rank, send, recv);

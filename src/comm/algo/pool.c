@@ -156,8 +156,9 @@ static strata_status_t conn_open(st_pool_conn_t *c)
     char ip[INET_ADDRSTRLEN];
     ST_TRY(local_address(c->nodes[0], ip, sizeof ip));
     strata_pool_t *p;
-    ST_TRY(strata_pool_open((const char *const *)c->nodes, c->n, st_knob_str("STRATA_SECRET"), -1,
-                            &p));
+    const char *secret = st_knob_str("STRATA_POOL_SECRET");
+    ST_TRY(strata_pool_open((const char *const *)c->nodes, c->n,
+                            *secret ? secret : st_knob_str("STRATA_SECRET"), -1, &p));
     size_t block = strata_pool_block_bytes(p);
     uint64_t per_node = strata_pool_capacity(p) / (uint64_t)c->n;
     uint64_t ranks_per_node = ((uint64_t)c->world_size + (uint64_t)c->n - 1) / (uint64_t)c->n;
