@@ -42,14 +42,16 @@
  *                     round (both at that rate) on a torus dimension of 3 or more. The flat
  *                     rings on a torus are priced as on a switch: a hop between cells that are
  *                     not neighbours is routed over several links but priced as one
- *   pool              allreduce through N pool nodes (strata_price_shape_pool; none: no line):
- *                     the members but the first write B to a node each (a node's link takes
- *                     ceil((n-1)/N) of them), one latency to gather at the first member, then
- *                     the chain, pipelined by packets: B through n-1 hops (one node's share of
- *                     the hops reduced per byte) while the last sends n copies of the result
- *                     (unicast fan-out: its link carries n x B; by multicast, one copy) and
- *                     every member receives B;
- *                     a member's side at the top level's all-members rate
+ *   pool              allreduce through N pool nodes (strata_price_shape_pool; none: no line)
+ *                     that sit beside the members, as a switch's memory would: the members but
+ *                     the first write B to a node each (at a member's own link; a node's link
+ *                     takes ceil((n-1)/N) of them), one latency to gather at the first member,
+ *                     then the chain, pipelined by packets: B through n-1 hops (one node's share
+ *                     of the hops reduced per byte) while the last sends the result and every
+ *                     member receives B. The pace is the busiest of a member's link, the last
+ *                     node's (n copies; by multicast one) and a unit's uplink at the top level
+ *                     (the chain crosses it once; n - members_min copies leave the last node's
+ *                     unit, by multicast one)
  * On a group with one link (strata_price_shape_flat) every line is the textbook alpha-beta-gamma
  * cost (Thakur, Rabenseifner & Gropp 2005). tests/unit/test_price.c checks hand-computed lines and
  * keeps ring, ring_tree, hier and halving_doubling near the flow-level simulation of their transfer

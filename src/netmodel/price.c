@@ -134,17 +134,22 @@ static void torus(acc_t *c, const strata_price_shape_t *s)
     }
 }
 
-/* The allreduce through the pool (price.h): the members' writes, a gather at the first member,
- * then the chain and the fan-out of the result pipelined by packets, at the pace of the slower of
- * a member's link and the last node's, which sends n copies (one by multicast). */
+/* The allreduce through the pool (price.h): the members' writes to nodes beside them, a gather at
+ * the first member, then the chain and the fan-out of the result pipelined by packets, at the pace
+ * of the busiest link: a member's own, the last node's (n copies, one by multicast), or a unit's
+ * uplink, which the chain crosses once and the copies for the other units cross (once by
+ * multicast). */
 static void pool(acc_t *c, const strata_price_shape_t *s)
 {
     const strata_price_level_t *t = &s->level[s->top];
     const double n = s->n, hops = n - 1, per_node = ceil(hops / s->pool_nodes);
+    const double up = s->top > 0 ? t->uplink_Bps * t->members_min : INFINITY; // a unit's uplink
+    const double away = s->pool_multicast ? 1 : n - t->members_min; // copies leaving the unit
     c->a[s->top] += 2 * s->pool_latency_s + t->latency_s; // write and its answer, the gather
-    c->b[s->top] += fmax(1.0 / t->all_Bps, per_node / s->pool_Bps);
+    c->b[s->top] += fmax(1.0 / t->link_Bps, per_node / s->pool_Bps);
     c->a[s->top] += (hops + 1) * s->pool_latency_s; // the chain's hops, then the result's
-    c->b[s->top] += fmax(1.0 / t->all_Bps, (s->pool_multicast ? 1 : n) / s->pool_Bps);
+    double pace = fmax(1.0 / t->link_Bps, (s->pool_multicast ? 1 : n) / s->pool_Bps);
+    c->b[s->top] += fmax(pace, fmax(1.0, away) / up);
     reduce(c, s, s->top, per_node);
 }
 

@@ -632,6 +632,25 @@ static void test_pool(void **state)
     strata_price_shape_pool(&s, 2, 1 / b, lat, true);
     ASSERT_CLOSE(price_of(&s, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
                  2 * lat + a + B * per_node * b + 8 * lat + B * b + per_node * B * g);
+    // Two racks of 4 hosts behind 8:1 uplinks (the emulated cluster's bench shape): a rack's
+    // uplink carries 4 x 0.1 / 8 GB/s; a node per rack with the rack's 4 NICs together. Unicast:
+    // the 4 copies for the other rack cross its uplink; multicast: one.
+    strata_topo_t two;
+    assert_int_equal(strata_topo_parse("{\"name\":\"t\",\"levels\":[{\"name\":\"rack\",\"fanout\":4,"
+                                       "\"bandwidth_GBps\":0.1,\"latency_us\":20},"
+                                       "{\"name\":\"spine\",\"fanout\":2,\"bandwidth_GBps\":0.1,"
+                                       "\"latency_us\":40,\"oversubscription\":8}]}", "t", &two),
+                     STRATA_OK);
+    strata_price_shape_t r = group_shape(&two, (strata_group_t){1, {{8, 1}}});
+    assert_int_equal(r.top, 1);
+    assert_int_equal(r.level[1].members_min, 4);
+    const double up = 4 * 0.1e9 / 8, nic = 0.1e9, node = 0.4e9, l1 = 40e-6;
+    strata_price_shape_pool(&r, 2, node, l1, false);
+    ASSERT_CLOSE(price_of(&r, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
+                 3 * l1 + 8 * l1 + B * fmax(1 / nic, 4 / node) + B * 4 / up);
+    strata_price_shape_pool(&r, 2, node, l1, true);
+    ASSERT_CLOSE(price_of(&r, STRATA_COLL_ALLREDUCE, STRATA_ALGO_POOL, B),
+                 3 * l1 + 8 * l1 + B * fmax(1 / nic, 4 / node) + B / up);
 }
 
 int main(void)
