@@ -7,10 +7,10 @@ set -euo pipefail
 # for tests/cli/launchers.sh: torchrun (python3-torch), Open MPI, MPICH, Slurm (slurmctld, slurmd,
 # munge); librsvg2-bin renders the pictures the tests look at; libucx-dev (and ucx-utils' ucx_info):
 # the UCX transport (optional in the build, tested when present); libssl-dev: libcrypto's HMAC for
-# the pool's handshake.
+# the pool's handshake; iproute2 and nftables: the emulated cluster's namespaces, links and loss.
 pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev libssl-dev
       libpmix-dev libucx-dev ucx-utils clang libclang-rt-dev python3-torch openmpi-bin mpich slurm-wlm librsvg2-bin
-      "$@")
+      iproute2 nftables "$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -86,6 +86,9 @@ STRATA_API size_t strata_pool_block_bytes(const strata_pool_t *pool);
 STRATA_API uint64_t strata_pool_capacity(const strata_pool_t *pool);
 /* The UDP port of the client's socket (where reduce results for it arrive). */
 STRATA_API int strata_pool_port(const strata_pool_t *pool);
+/* "ADDR:PORT" of the client's socket as the pool's first node reaches it: what other clients name
+ * as a reduction's destination, and as the origin they receive from. */
+STRATA_API strata_status_t strata_pool_address(const strata_pool_t *pool, char *buf, size_t len);
 
 /* Reads / writes bytes at a global address. */
 STRATA_API strata_status_t strata_pool_read(strata_pool_t *pool, uint64_t addr, void *buf,

@@ -283,6 +283,17 @@ int strata_pool_port(const strata_pool_t *p)
     return ntohs(a.sin_port);
 }
 
+strata_status_t strata_pool_address(const strata_pool_t *p, char *buf, size_t len)
+{
+    struct sockaddr_in me = {.sin_family = AF_INET, .sin_port = htons((uint16_t)strata_pool_port(p))};
+    ST_TRY(pn_local_addr(&p->addr[0], &me.sin_addr));
+    char text[32];
+    if ((size_t)snprintf(buf, len, "%s", pn_format(&me, text, sizeof text)) >= len)
+        return st_error(STRATA_ERR_INVALID_ARG, "pool address: %zu bytes are too few for %s", len,
+                        text);
+    return STRATA_OK;
+}
+
 void strata_pool_close(strata_pool_t *p)
 {
     if (!p)

@@ -16,14 +16,11 @@
  * multicast group (the base group plus the communicator's context in the low 12 bits) and the
  * network copies it; when any rank could not join, to each rank. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "comm/algo/algo.h"
@@ -118,43 +115,12 @@ bool st_pool_conn_multicast(const st_pool_conn_t *c)
     return c && c->group[0];
 }
 
-/* This host's address towards node 0: where the pool reaches this rank. */
-static strata_status_t local_address(const char *node, char *out, size_t len)
-{
-    char host[64];
-    const char *colon = strrchr(node, ':');
-    size_t hl = colon ? (size_t)(colon - node) : 0;
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
-    socklen_t ml = sizeof me;
-    if (!colon || hl >= sizeof host)
-        return st_error(STRATA_ERR_INVALID_ARG, "STRATA_POOL_NODES: '%s' is not ADDR:PORT", node);
-    memcpy(host, node, hl);
-    host[hl] = '\0';
-    if (inet_pton(AF_INET, host, &to.sin_addr) != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "STRATA_POOL_NODES: '%s' is not an IPv4 address",
-                        host);
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof to) < 0 ||
-        getsockname(fd, (struct sockaddr *)&me, &ml) < 0) {
-        strata_status_t rc = st_error(STRATA_ERR_IO, "pool: no route to %s: %s", node,
-                                      strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return rc;
-    }
-    close(fd);
-    inet_ntop(AF_INET, &me.sin_addr, out, (socklen_t)len);
-    return STRATA_OK;
-}
-
 /* Opens the client on first use and sizes the slots: the capacity of a node split evenly among
  * the world ranks it holds, in whole blocks. */
 static strata_status_t conn_open(st_pool_conn_t *c)
 {
     if (c->client)
         return STRATA_OK;
-    char ip[INET_ADDRSTRLEN];
-    ST_TRY(local_address(c->nodes[0], ip, sizeof ip));
     strata_pool_t *p;
     const char *secret = st_knob_str("STRATA_POOL_SECRET");
     ST_TRY(strata_pool_open((const char *const *)c->nodes, c->n,
@@ -171,8 +137,12 @@ static strata_status_t conn_open(st_pool_conn_t *c)
                         c->world_size, (unsigned long long)(ranks_per_node * block), c->n, block,
                         (unsigned long long)per_node);
     }
+    strata_status_t rc = strata_pool_address(p, c->self, sizeof c->self);
+    if (rc < 0) {
+        strata_pool_close(p);
+        return rc;
+    }
     c->client = p;
-    snprintf(c->self, sizeof c->self, "%s:%d", ip, strata_pool_port(p));
     if (c->group[0]) {
         c->joined = strata_pool_join(p, c->group) == STRATA_OK;
         if (!c->joined)
