@@ -35,6 +35,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_STORE_EXTERNAL", "0", "1: a standalone `strata store` serves the job, rank 0 does not host it"},
     {"STRATA_JOB_ID", "", "job identifier used to name shared-memory segments (default from the store address)"},
     {"STRATA_POOL_NODES", "", "pool nodes (comma list of ADDR:PORT of `strata pool serve`) for the pool allreduce algorithm and `strata train --optimizer-in-pool`"},
+    {"STRATA_POOL_SECRET", "", "the secret the pool nodes require, for `strata train --optimizer-in-pool` (default: STRATA_SECRET; strata launch makes STRATA_SECRET a fresh random one per job, so set this to the nodes' under it)"},
     {"STRATA_POOL_TIMEOUT_MS", "10000", "a pool client call fails after this long without an answer, naming the silent node (strata_pool_open's timeout < 0 uses it)"},
     {"STRATA_POOL_RETRY_MS", "20", "a pool client resends a packet not answered within this, in ms (retransmissions are harmless: ADD and WRITE apply once)"},
     {"STRATA_POOL_WINDOW", "64", "packets a pool client keeps in flight per operation (1-256)"},
