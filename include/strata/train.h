@@ -377,8 +377,11 @@ STRATA_API int64_t strata_trainer_step_count(const strata_trainer_t *t);
  * Only rank 0 prints progress and writes metrics; the trace goes to one file per rank
  * (<trace without .json>.r<rank>.json); checkpoints are sharded (one file per rank, see above) and
  * resume assembles the newest step complete on every rank, on any rank count or stage. The trainer
- * borrows comm (destroy the trainer first). Errors: STRATA_ERR_INVALID_ARG when the global batch is
- * not a multiple of the rank count; engine errors. */
+ * borrows comm (destroy the trainer first). With cfg.optimizer_in_pool the gradients go to the pool
+ * nodes of STRATA_POOL_NODES instead of the engine's all-reduce, and the nodes run AdamW
+ * (docs/pool.md). Errors: STRATA_ERR_INVALID_ARG when the global batch is not a multiple of the rank
+ * count, or for what the optimizer in the pool does not run (LAMB, ZeRO > 0, TP, PP, no nodes);
+ * engine errors; the pool's, naming the node. */
 STRATA_API strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *comm,
                                                      const strata_zero_config_t *zc);
 

@@ -3,7 +3,8 @@
  * tokens/s, MFU against the measured GEMM peak, ETA, a summary), JSON-lines metrics, a Chrome trace of one chosen step, the non-finite
  * guard (a NaN/inf loss or gradient norm stops the run or skips the update, decided alike on every
  * rank), the stop request (a signal: finish the step, agree on it, checkpoint, return) and periodic
- * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c. */
+ * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c; the
+ * optimizer in the pool (cfg.optimizer_in_pool) is trainer_pool.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
