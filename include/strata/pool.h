@@ -2,11 +2,13 @@
  * (the software form of NetDAM; docs/pool.md has the protocol).
  *
  * A pool node serves one memory region: READ, WRITE, ADD (float32 / bfloat16 elementwise into its
- * memory) and REDUCE-FORWARD, whose packet carries the rest of its route: each hop adds its local
- * block to the payload and forwards it, the last one optionally stores the sum and sends it to the
+ * memory), ADAMW and SUMSQ (an optimizer step and a sum of squares over its own float32), and
+ * REDUCE-FORWARD, whose packet carries the rest of its route: each hop adds its local block to the
+ * payload and forwards it, the last one optionally stores the sum and sends it to the
  * destinations. A client opened on N nodes sees one global address space, consecutive blocks (one
  * packet payload each) on successive nodes. Lost packets are repaired by retransmission from the
- * source; ADD and WRITE apply exactly once. Nodes answer only clients that prove the job's secret.
+ * source; ADD, WRITE and ADAMW apply exactly once. Nodes answer only clients that prove the job's
+ * secret.
  */
 #ifndef STRATA_POOL_H
 #define STRATA_POOL_H
@@ -160,6 +162,46 @@ STRATA_API strata_status_t strata_pool_join(strata_pool_t *pool, const char *gro
 /* Asks node i for its counters. */
 STRATA_API strata_status_t strata_pool_stats(strata_pool_t *pool, int node,
                                              strata_pool_stats_t *out);
+
+/* ---- the optimizer in the pool (docs/pool.md, "Optimizer state in the pool") ---------------------
+ * AdamW's state lives in the pool: the fp32 master parameters, the moments m and v, and a gradient
+ * region the ranks add their gradients into. Each pool node updates the blocks it holds, so only
+ * gradients in and parameters out cross the network. An update needs the four values of an element
+ * on one node: the four ranges must start at the same offset within a stripe (block * nodes
+ * bytes), which strata_pool_optim_layout's regions do. */
+
+/* Four regions of one size, from global address 0: params | m | v | grads, each count float32
+ * rounded up to whole stripes, so element i of every region is on the same node. */
+typedef struct strata_pool_optim_layout {
+    uint64_t params, m, v, grads; /* global addresses of the regions */
+    uint64_t region_bytes;        /* bytes of each region (count * 4 rounded up to a stripe) */
+} strata_pool_optim_layout_t;
+
+/* The layout for count parameters. Errors: STRATA_ERR_INVALID_ARG when the four regions exceed
+ * the pool's capacity (the message says how many bytes each node must serve). */
+STRATA_API strata_status_t strata_pool_optim_layout(const strata_pool_t *pool, size_t count,
+                                                    strata_pool_optim_layout_t *out);
+
+/* One AdamW step over count float32 elements, applied by the pool nodes exactly as
+ * strata_adamw_update applies it to a tensor (the gradient times grad_scale, bias corrections of
+ * `step`, the decay factor 1 - lr * weight_decay on the parameters; weight_decay 0 for a tensor
+ * without decay), after which the gradient range is zero. */
+typedef struct strata_pool_adamw {
+    uint64_t params, m, v, grads; /* global addresses (multiples of 4, congruent modulo a stripe) */
+    size_t count;
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;
+} strata_pool_adamw_t;
+
+/* Runs op on the nodes holding its blocks, once per element even when packets are lost or
+ * duplicated. Errors: STRATA_ERR_INVALID_ARG for misaligned, overlapping, incongruent or
+ * out-of-pool ranges; STRATA_ERR_PEER_FAILED naming a node that does not answer. */
+STRATA_API strata_status_t strata_pool_adamw(strata_pool_t *pool, const strata_pool_adamw_t *op);
+
+/* *out = the sum of squares of count float32 at global address addr (a multiple of 4), in double,
+ * each node summing its own blocks: a global gradient norm without reading the gradients back. */
+STRATA_API strata_status_t strata_pool_sumsq(strata_pool_t *pool, uint64_t addr, size_t count,
+                                             double *out);
 
 #ifdef __cplusplus
 }

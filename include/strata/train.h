@@ -319,6 +319,10 @@ typedef struct strata_train_config {
                               none) */
     char harvest[128];     /* side tasks run inside the pipeline's bubbles (strata/harvest.h), in
                               priority order: "eval,sample,data,gemm" or any of them; "" = none */
+    /* the optimizer in the pool (docs/pool.md): AdamW's master parameters, m and v live on the
+       pool nodes of STRATA_POOL_NODES, which apply the update; the ranks push gradients and read
+       the parameters back. Data parallel, AdamW, ZeRO 0, no TP or PP (off) */
+    bool optimizer_in_pool;
 } strata_train_config_t;
 
 STRATA_API strata_train_config_t strata_train_config_default(void);
@@ -327,7 +331,7 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "steps": 100, "seed": 1, "optimizer": "adamw"|"lamb", "lr": 1e-3, "min_lr": ..., "warmup": ...,
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
- * "eval_batches", "val_fraction", "progress_every",
+ * "eval_batches", "val_fraction", "progress_every", "optimizer_in_pool",
  * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
  * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
@@ -373,8 +377,11 @@ STRATA_API int64_t strata_trainer_step_count(const strata_trainer_t *t);
  * Only rank 0 prints progress and writes metrics; the trace goes to one file per rank
  * (<trace without .json>.r<rank>.json); checkpoints are sharded (one file per rank, see above) and
  * resume assembles the newest step complete on every rank, on any rank count or stage. The trainer
- * borrows comm (destroy the trainer first). Errors: STRATA_ERR_INVALID_ARG when the global batch is
- * not a multiple of the rank count; engine errors. */
+ * borrows comm (destroy the trainer first). With cfg.optimizer_in_pool the gradients go to the pool
+ * nodes of STRATA_POOL_NODES instead of the engine's all-reduce, and the nodes run AdamW
+ * (docs/pool.md). Errors: STRATA_ERR_INVALID_ARG when the global batch is not a multiple of the rank
+ * count, or for what the optimizer in the pool does not run (LAMB, ZeRO > 0, TP, PP, no nodes);
+ * engine errors; the pool's, naming the node. */
 STRATA_API strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *comm,
                                                      const strata_zero_config_t *zc);
 

@@ -4,6 +4,7 @@
  * updating a range at once or in pieces gives bit-identical parameters. */
 #include <math.h>
 
+#include "base/adamw.h"
 #include "base/base.h"
 #include "model/vecmath.h"
 #include "strata/model.h"
@@ -46,22 +47,11 @@ strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_co
                                     int64_t step, float grad_scale)
 {
     ST_TRY(check_range(m, offset, count));
-    float b1 = oc->beta1, b2 = oc->beta2, eps = oc->eps;
-    float c1 = 1.f - powf(b1, (float)step), c2 = 1.f - powf(b2, (float)step);
     FOR_PIECES(m, offset, count, ti, lo, n)
     {
-        float decay = strata_model_tensor(m, ti)->decay ? 1.f - lr * oc->weight_decay : 1.f;
-        float *p = params + lo, *mm = mstate + lo, *vv = vstate + lo;
-        const float *g = grads + lo;
-        for (size_t i = 0; i < n; i++) {
-            float gi = g[i] * grad_scale;
-            float mi = b1 * mm[i] + (1.f - b1) * gi;
-            float vi = b2 * vv[i] + (1.f - b2) * gi * gi;
-            mm[i] = mi;
-            vv[i] = vi;
-            float mhat = mi / c1, vhat = vi / c2;
-            p[i] = p[i] * decay - lr * mhat / (sqrtf(vhat) + eps);
-        }
+        float wd = strata_model_tensor(m, ti)->decay ? oc->weight_decay : 0.f;
+        st_adamw_t k = st_adamw_make(lr, oc->beta1, oc->beta2, oc->eps, wd, step, grad_scale);
+        st_adamw_apply(&k, params + lo, mstate + lo, vstate + lo, grads + lo, n);
     }
     return STRATA_OK;
 }

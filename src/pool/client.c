@@ -1,6 +1,7 @@
 /* The pool client: authenticates to every node (HELLO challenge-response), discovers the block
  * size from the path MTU, and maps the interleaved global address space onto the nodes for
- * read, write, add and stats (docs/pool.md). The engine is engine.c, reductions reduce.c. */
+ * read, write, add and stats (docs/pool.md). The engine is engine.c, reductions reduce.c, the
+ * optimizer's operations optim.c. */
 #include <arpa/inet.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -17,9 +18,8 @@
 
 /* ---- interleaved addressing ---------------------------------------------------------------------- */
 
-/* Splits [addr, addr + bytes) of the global space into per-block items. */
-static strata_status_t split(strata_pool_t *p, const char *what, uint64_t addr, size_t bytes,
-                             item_t **out, size_t *n)
+strata_status_t pc_split(strata_pool_t *p, const char *what, uint64_t addr, size_t bytes,
+                         item_t **out, size_t *n)
 {
     if (addr > p->capacity || bytes > p->capacity - addr)
         return st_error(STRATA_ERR_INVALID_ARG,
@@ -95,7 +95,7 @@ static strata_status_t global_op(strata_pool_t *p, uint8_t kind, uint8_t dtype, 
     static const char *names[PL_OP_END] = {[PL_READ] = "read", [PL_WRITE] = "write",
                                            [PL_ADD] = "add"};
     op_t o = {.p = p, .kind = kind, .dtype = dtype, .flow = ++p->flow, .src = src, .dst = dst};
-    ST_TRY(split(p, names[kind], addr, bytes, &o.items, &o.n));
+    ST_TRY(pc_split(p, names[kind], addr, bytes, &o.items, &o.n));
     strata_status_t rc = pc_run(&o);
     free(o.items);
     return rc;

@@ -1,6 +1,7 @@
 /* Internals of the pool client shared by its files: the client's state, an operation as a window
  * of sequenced packets (items), and the engine that sends, retransmits and collects them
- * (engine.c). client.c maps addresses and opens; reduce.c runs chained reductions. */
+ * (engine.c). client.c maps addresses and opens; reduce.c runs chained reductions; optim.c the
+ * optimizer's ADAMW and SUMSQ. */
 #ifndef ST_POOL_CLIENT_H
 #define ST_POOL_CLIENT_H
 
@@ -60,6 +61,9 @@ typedef struct op {
     const uint8_t *src;
     uint8_t *dst;
     const strata_pool_reduce_t *red;
+    const strata_pool_adamw_t *adamw;
+    int64_t adamw_delta[3]; /* node-local m, v, grads minus node-local params (same on every node) */
+    double *sums;           /* SUMSQ: each item's answer */
     struct sockaddr_in dests[STRATA_POOL_MAX_DESTS];
     struct sockaddr_in group; /* the result goes here once when has_group (the dests confirm) */
     bool has_group;
@@ -69,8 +73,13 @@ typedef struct op {
     strata_status_t err;
 } op_t;
 
-/* Queues a datagram to `to` (sent at the next receive or when the batch is full); the payload
- * goes as a ZERO record when it is a WRITE/ADD/REDUCE payload the zero filter passes. */
+/* Splits [addr, addr + bytes) of the global space into per-block items (an error names `what` when
+ * the range leaves the pool). */
+strata_status_t pc_split(strata_pool_t *p, const char *what, uint64_t addr, size_t bytes,
+                         item_t **out, size_t *n);
+
+/* Queues a datagram to `to` (sent at the next receive or when the batch is full) with its payload
+ * (pl_payload_len bytes of it); the payload goes as a ZERO record when it is a WRITE/ADD/REDUCE payload the zero filter passes. */
 void pc_queue(strata_pool_t *p, const struct sockaddr_in *to, pl_hdr_t h, const pl_hop_t *hops,
               const pl_dest_t *dests, const void *payload, uint8_t zero_dtype);
 

@@ -27,7 +27,7 @@ void pc_queue(strata_pool_t *p, const struct sockaddr_in *to, pl_hdr_t h, const 
 {
     if (p->ntx == PC_TX_BATCH)
         flush(p);
-    size_t plen = payload ? h.len : 0;
+    size_t plen = payload ? pl_payload_len(&h) : 0;
     if (plen && (h.op == PL_WRITE || h.op == PL_ADD || h.op == PL_REDUCE) &&
         pk_is_zero(zero_dtype, payload, plen, h.op == PL_WRITE ? 0.0f : p->zero_threshold)) {
         h.flags |= PL_F_ZERO;
@@ -133,11 +133,22 @@ static void send_item(op_t *o, size_t i)
         h.addr = it->off;
         h.aux = (uint32_t)o->n;
         pc_queue(p, &p->addr[it->node], h, hops, dests, payload, o->dtype);
+    } else if (o->kind == PL_ADAMW) {
+        const strata_pool_adamw_t *a = o->adamw;
+        pl_adamw_args_t args = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_scale,
+                                a->step, it->laddr + (uint64_t)o->adamw_delta[0],
+                                it->laddr + (uint64_t)o->adamw_delta[1],
+                                it->laddr + (uint64_t)o->adamw_delta[2]};
+        uint8_t buf[PL_ADAMW_ARGS];
+        pl_adamw_put(buf, &args);
+        h.token = p->token[it->node];
+        pc_queue(p, &p->addr[it->node], h, NULL, NULL, buf, 0);
     } else {
         h.token = p->token[it->node];
         if (o->kind == PL_STATS)
             h.len = 0;
-        pc_queue(p, &p->addr[it->node], h, NULL, NULL, o->kind == PL_READ ? NULL : payload,
+        bool bodiless = o->kind == PL_READ || o->kind == PL_SUMSQ;
+        pc_queue(p, &p->addr[it->node], h, NULL, NULL, bodiless ? NULL : payload,
               o->kind == PL_ADD ? o->dtype : 0);
     }
     it->sent = true;
@@ -150,6 +161,7 @@ static const char *error_text(uint32_t code)
 {
     return code == PL_E_RANGE   ? "the block lies outside its memory"
            : code == PL_E_ALIGN ? "the address is not aligned to the element size"
+           : code == PL_E_OVERLAP ? "the ranges of an update overlap"
                                 : "it refused the request";
 }
 
@@ -195,6 +207,7 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
     uint8_t expect = o->kind == PL_READ     ? PL_READ_REPLY
                      : o->kind == PL_REDUCE ? PL_RESULT
                      : o->kind == PL_STATS  ? PL_STATS_REPLY
+                     : o->kind == PL_SUMSQ  ? PL_SUMSQ_REPLY
                                             : PL_ACK;
     if (h->op != expect)
         return false;
@@ -208,6 +221,10 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
             else
                 memcpy(o->dst + it->off, m->payload, it->len);
         }
+    } else if (h->op == PL_SUMSQ_REPLY) {
+        if (h->addr != it->laddr || m->payload_len != sizeof(double))
+            return false;
+        memcpy(&o->sums[h->seq], m->payload, sizeof(double));
     } else if (h->op == PL_STATS_REPLY) {
         uint64_t v[PL_STATS_FIELDS];
         if (m->payload_len != sizeof v)

@@ -43,6 +43,21 @@ void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes)
         pk_add_bf16(dst, src, bytes / 2);
 }
 
+double pk_sumsq_f32(const float *x, size_t n)
+{
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a0 += (double)x[i] * x[i];
+        a1 += (double)x[i + 1] * x[i + 1];
+        a2 += (double)x[i + 2] * x[i + 2];
+        a3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++)
+        a0 += (double)x[i] * x[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
 bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold)
 {
     if (dtype == STRATA_POOL_F32 || dtype == STRATA_POOL_BF16) {

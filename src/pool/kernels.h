@@ -1,5 +1,6 @@
 /* The arithmetic of the pool: elementwise add of float32 and bfloat16 (fp32 math, round to
- * nearest even), and the zero test of the zero filter. Plain loops the compiler vectorises. */
+ * nearest even), the sum of squares, and the zero test of the zero filter. Plain loops the compiler
+ * vectorises. (The ADAMW update is base/adamw.h, the model's own formula.) */
 #ifndef ST_POOL_KERNELS_H
 #define ST_POOL_KERNELS_H
 
@@ -14,6 +15,9 @@ void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes);
 /* bfloat16 <-> float32; the narrowing rounds to nearest even (NaN stays NaN). */
 float pk_bf16_to_f32(uint16_t b);
 uint16_t pk_f32_to_bf16(float f);
+/* The sum of squares of n float32 in double, in four fixed accumulators (vectorised, and the
+ * same sum whichever build runs it). */
+double pk_sumsq_f32(const float *x, size_t n);
 /* True when every element satisfies |x| <= threshold (dtype 0: every byte is zero). */
 bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold);
 

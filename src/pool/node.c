@@ -1,5 +1,6 @@
-/* The pool node: serves one memory region over UDP (READ, WRITE, ADD, REDUCE-FORWARD, STATS),
- * answers only authenticated sessions, applies ADD and WRITE once per (session, flow, seq), and
+/* The pool node: serves one memory region over UDP (READ, WRITE, ADD, REDUCE-FORWARD, ADAMW,
+ * SUMSQ, STATS), answers only authenticated sessions, applies ADD, WRITE and ADAMW once per
+ * (session, flow, seq), and
  * can drop, duplicate and reorder what it receives from a seed (docs/pool.md). */
 #include <arpa/inet.h>
 #include <poll.h>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/adamw.h"
 #include "base/base.h"
 #include "pool/kernels.h"
 #include "pool/net.h"
@@ -104,7 +106,7 @@ static void send_msg(strata_pool_node_t *n, const struct sockaddr_in *to, pl_hdr
     if (n->ntx == TX_BATCH)
         flush(n);
     size_t plen = payload ? h.len : 0;
-    if (plen && h.op != PL_STATS_REPLY &&
+    if (plen && h.op != PL_STATS_REPLY && h.op != PL_SUMSQ_REPLY &&
         pk_is_zero(h.op == PL_READ_REPLY ? 0 : h.dtype, payload, plen, n->zero_threshold)) {
         h.flags |= PL_F_ZERO;
         plen = 0;
@@ -232,6 +234,55 @@ static void on_rw(strata_pool_node_t *n, session_t *s, const pl_msg_t *m,
     send_msg(n, from, h, NULL, NULL, NULL);
 }
 
+/* AdamW over one block of node-local float32 ranges: parameters at addr, m, v and the summed
+ * gradient where the arguments say; then the gradient is zeroed for the next step's ADDs. */
+static void on_adamw(strata_pool_node_t *n, session_t *s, const pl_msg_t *m,
+                     const struct sockaddr_in *from)
+{
+    const pl_hdr_t *q = &m->h;
+    pl_adamw_args_t a;
+    pl_adamw_get(m->payload, &a);
+    uint64_t at[4] = {q->addr, a.m, a.v, a.g};
+    uint32_t err = 0;
+    for (int i = 0; i < 4 && !err; i++)
+        err = check_block(n, at[i], q->len, STRATA_POOL_F32);
+    for (int i = 0; i < 4 && !err; i++) // the update reads and writes them as distinct arrays
+        for (int j = i + 1; j < 4 && !err; j++)
+            if (q->len && at[i] < at[j] + q->len && at[j] < at[i] + q->len)
+                err = PL_E_OVERLAP;
+    if (err) {
+        reply_error(n, from, q, err);
+        return;
+    }
+    if (seen_before(s, q->flow, q->seq)) {
+        n->st.duplicates++;
+    } else {
+        st_adamw_t k = st_adamw_make(a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
+                                     a.grad_scale);
+        float *g = (float *)(n->mem + a.g);
+        st_adamw_apply(&k, (float *)(n->mem + q->addr), (float *)(n->mem + a.m),
+                       (float *)(n->mem + a.v), g, q->len / 4);
+        memset(g, 0, q->len);
+    }
+    pl_hdr_t h = {.op = PL_ACK, .flow = q->flow, .seq = q->seq, .addr = q->addr, .len = 0};
+    send_msg(n, from, h, NULL, NULL, NULL);
+}
+
+/* The sum of squares of one block of node-local float32. */
+static void on_sumsq(strata_pool_node_t *n, const pl_msg_t *m, const struct sockaddr_in *from)
+{
+    const pl_hdr_t *q = &m->h;
+    uint32_t err = check_block(n, q->addr, q->len, STRATA_POOL_F32);
+    if (err) {
+        reply_error(n, from, q, err);
+        return;
+    }
+    double ss = pk_sumsq_f32((const float *)(n->mem + q->addr), q->len / 4);
+    pl_hdr_t h = {.op = PL_SUMSQ_REPLY, .flow = q->flow, .seq = q->seq, .addr = q->addr,
+                  .len = sizeof ss};
+    send_msg(n, from, h, NULL, NULL, &ss);
+}
+
 static void on_reduce(strata_pool_node_t *n, session_t *s, const pl_msg_t *m,
                       const struct sockaddr_in *from)
 {
@@ -336,6 +387,8 @@ static void handle(strata_pool_node_t *n, const uint8_t *buf, size_t len,
     case PL_WRITE:
     case PL_ADD: on_rw(n, s, &m, from); break;
     case PL_REDUCE: on_reduce(n, s, &m, from); break;
+    case PL_ADAMW: on_adamw(n, s, &m, from); break;
+    case PL_SUMSQ: on_sumsq(n, &m, from); break;
     case PL_STATS: on_stats(n, &m, from); break;
     default: n->st.malformed++; break; // a reply or client-to-client message sent to a node
     }

@@ -15,6 +15,31 @@ size_t pl_dtype_size(uint8_t dtype)
     return dtype == STRATA_POOL_F32 ? 4 : dtype == STRATA_POOL_BF16 ? 2 : 0;
 }
 
+void pl_adamw_put(uint8_t out[PL_ADAMW_ARGS], const pl_adamw_args_t *a)
+{
+    const float f[6] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_scale};
+    memcpy(out, f, sizeof f);
+    put64(out + 24, (uint64_t)a->step);
+    put64(out + 32, a->m);
+    put64(out + 40, a->v);
+    put64(out + 48, a->g);
+}
+
+void pl_adamw_get(const uint8_t in[PL_ADAMW_ARGS], pl_adamw_args_t *a)
+{
+    float f[6];
+    memcpy(f, in, sizeof f);
+    *a = (pl_adamw_args_t){f[0], f[1], f[2], f[3], f[4], f[5], (int64_t)get64(in + 24),
+                           get64(in + 32), get64(in + 40), get64(in + 48)};
+}
+
+size_t pl_payload_len(const pl_hdr_t *h)
+{
+    if ((h->flags & PL_F_ZERO) || h->op == PL_READ || h->op == PL_SUMSQ)
+        return 0;
+    return h->op == PL_ADAMW ? PL_ADAMW_ARGS : h->len;
+}
+
 size_t pl_encode(uint8_t *buf, const pl_hdr_t *h, const pl_hop_t *hops, const pl_dest_t *dests,
                  const void *payload, size_t payload_len)
 {
@@ -90,12 +115,16 @@ bool pl_decode(const uint8_t *buf, size_t n, pl_msg_t *m)
     }
     m->payload_len = n - off;
     m->payload = buf + off; // never NULL, even when empty: memcpy(dst, payload, 0) stays defined
-    // The payload on the wire is all of it, or none for a ZERO record and a READ request.
-    bool bodiless = (h->flags & PL_F_ZERO) || h->op == PL_READ;
-    if (bodiless ? m->payload_len != 0 : m->payload_len != h->len)
+    // ADAMW and SUMSQ name float32 ranges and take no flags (no ZERO record of their arguments).
+    bool ranged = h->op == PL_ADAMW || h->op == PL_SUMSQ;
+    if (ranged && (h->flags || h->dtype != STRATA_POOL_F32))
         return false;
-    // Typed payloads hold whole elements.
-    if (h->op == PL_ADD || h->op == PL_REDUCE || h->op == PL_RESULT) {
+    // The payload on the wire is all of it, none (a ZERO record, a READ or SUMSQ request) or the
+    // ADAMW arguments.
+    if (m->payload_len != pl_payload_len(h))
+        return false;
+    // Typed payloads and ranges hold whole elements.
+    if (h->op == PL_ADD || h->op == PL_REDUCE || h->op == PL_RESULT || ranged) {
         size_t es = pl_dtype_size(h->dtype);
         if (!es || h->len % es)
             return false;

@@ -41,6 +41,9 @@ typedef enum pl_op {
     PL_STATS,       /* -> STATS_REPLY */
     PL_STATS_REPLY,
     PL_ERROR,       /* reply: aux holds the error code */
+    PL_ADAMW,       /* addr (params), len (range bytes), payload pl_adamw_args_t -> ACK */
+    PL_SUMSQ,       /* addr, len -> SUMSQ_REPLY */
+    PL_SUMSQ_REPLY, /* payload: the double sum of squares of the range's float32 */
     PL_OP_END
 } pl_op_t;
 
@@ -50,7 +53,7 @@ enum {
 };
 
 /* Error codes in an ERROR reply's aux. */
-enum { PL_E_RANGE = 1, PL_E_ALIGN = 2, PL_E_DTYPE = 3 };
+enum { PL_E_RANGE = 1, PL_E_ALIGN = 2, PL_E_DTYPE = 3, PL_E_OVERLAP = 4 };
 
 typedef struct pl_hdr {
     uint8_t op, dtype, flags, hops; /* hops: route entries that follow */
@@ -83,6 +86,23 @@ typedef struct pl_msg {
     const uint8_t *payload; /* where the payload starts (payload_len bytes, 0 for ZERO) */
     size_t payload_len;     /* bytes present on the wire */
 } pl_msg_t;
+
+/* The payload of an ADAMW request: the step's hyper-parameters and the node-local addresses of the
+ * range's optimizer state and summed gradient (the parameters are at the header's addr; all four
+ * ranges hold len bytes of float32). 56 bytes on the wire: six f32, i64 step, three u64. */
+#define PL_ADAMW_ARGS 56
+typedef struct pl_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;
+    uint64_t m, v, g;
+} pl_adamw_args_t;
+
+void pl_adamw_put(uint8_t out[PL_ADAMW_ARGS], const pl_adamw_args_t *a);
+void pl_adamw_get(const uint8_t in[PL_ADAMW_ARGS], pl_adamw_args_t *a);
+
+/* The payload bytes a datagram with header h carries on the wire: none for a ZERO record, a READ
+ * or a SUMSQ, the arguments for an ADAMW, len otherwise. */
+size_t pl_payload_len(const pl_hdr_t *h);
 
 /* Decodes and validates a datagram of n bytes; false when it is malformed (bad magic, version,
  * op, counts, or a payload length that disagrees with the header). */

@@ -51,7 +51,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
-        "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every", NULL};
+        "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every",
+        "optimizer_in_pool", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -126,6 +127,8 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "qgz", 0, false, &c->qgz), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "sp", 0, false, &c->sp), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, r, "tp_overlap", 0, false, &c->tp_overlap), rc, out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, r, "optimizer_in_pool", 0, false, &c->optimizer_in_pool), rc,
+                out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "order", 0, false, c->order, sizeof c->order), rc, out);
     ST_TRY_GOTO(st_json_get_string(&doc, r, "pp_layers", 0, false, c->pp_layers,
                                    sizeof c->pp_layers), rc, out);
@@ -196,7 +199,7 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
                      "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"tp\":%d,\"sp\":%s,\"order\":%s,"
                      "\"tp_overlap\":%s,\"pp\":%d,\"vp\":%d,\"schedule\":\"%s\","
-                     "\"micro_batch\":%d,\"pp_layers\":%s}",
+                     "\"micro_batch\":%d,\"pp_layers\":%s,\"optimizer_in_pool\":%s}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
@@ -204,7 +207,8 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      (double)c->grad_clip, c->val_fraction, c->zero, hpz, c->tiers,
                      c->qwz ? "true" : "false", c->qgz ? "true" : "false", c->tp,
                      c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false", c->pp,
-                     c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl);
+                     c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl,
+                     c->optimizer_in_pool ? "true" : "false");
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }
 

@@ -3,7 +3,8 @@
  * tokens/s, MFU against the measured GEMM peak, ETA, a summary), JSON-lines metrics, a Chrome trace of one chosen step, the non-finite
  * guard (a NaN/inf loss or gradient norm stops the run or skips the update, decided alike on every
  * rank), the stop request (a signal: finish the step, agree on it, checkpoint, return) and periodic
- * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c. */
+ * checkpoints. Nothing is allocated inside a step. Checkpoints and resume are trainer_ckpt.c; the
+ * optimizer in the pool (cfg.optimizer_in_pool) is trainer_pool.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -107,6 +108,7 @@ void strata_trainer_destroy(strata_trainer_t *t)
     if (t->zero) // stages 1-2 leave the last step's all-gathers in flight; after an error: fails fast
         (void)strata_zero_sync(t->zero);
     strata_zero_destroy(t->zero);
+    strata_pool_close(t->pool);
     strata_pipeline_destroy(t->pipe);
     st_trainer_harvest_destroy(t);
     strata_tp_group_destroy(t->tpg);
@@ -223,6 +225,8 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->nranks = N;
     t->dp = N;
     t->dp_rank = r;
+    if (t->cfg.optimizer_in_pool)
+        ST_TRY(st_trainer_pool_open(t));
     if (t->cfg.tp > 1 || t->cfg.pp > 1 || t->cfg.order[0])
         ST_TRY(st_trainer_build_mesh(t, comm, &dp_comm));
     if (t->cfg.batch % t->dp != 0)
@@ -242,10 +246,14 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->zcfg.segments = t->segs;
     ST_TRY(strata_zero_create(dp_comm, &t->zcfg, strata_model_param_arena(t->model),
                               strata_model_grad_arena(t->model), &t->zero));
-    strata_zero_hooks_t h = strata_zero_hooks(t->zero);
-    strata_param_hooks_t ph = {h.ctx, h.acquire, h.release, h.grad_ready};
-    strata_model_set_hooks(t->model, &ph);
-    strata_model_set_progress(t->model, zero_progress_cb, t);
+    // With the optimizer in the pool the gradients go there, not through the engine's reductions:
+    // the engine (stage 0) serves only its collectives and ranges.
+    if (!t->pool) {
+        strata_zero_hooks_t h = strata_zero_hooks(t->zero);
+        strata_param_hooks_t ph = {h.ctx, h.acquire, h.release, h.grad_ready};
+        strata_model_set_hooks(t->model, &ph);
+        strata_model_set_progress(t->model, zero_progress_cb, t);
+    }
     if (t->pp > 1)
         ST_TRY(st_trainer_pp_create(t));
     ST_TRY(st_trainer_harvest_create(t));
@@ -397,18 +405,26 @@ static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
     const strata_train_config_t *c = &t->cfg;
     int rows = c->batch / t->dp;
     float loss = 0;
+    if (t->pool && t->pool_stale) // the first step, or the first after a resume
+        ST_TRY(st_trainer_pool_upload(t));
     if (t->pipe)
         ST_TRY(st_trainer_pp_forward_backward(t, &loss));
     else
         ST_TRY(strata_trainer_forward_backward(t, t->dp_rank * rows, rows, &loss));
     if (t->sync)
         ST_TRY(t->sync(t->sync_ctx, t, &loss));
-    const strata_zero_shard_t *sh;
-    int ns;
-    ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
+    const strata_zero_shard_t *sh = NULL;
+    int ns = 0;
+    if (t->pool)
+        ST_TRY(st_trainer_pool_push(t));
+    else
+        ST_TRY(strata_zero_step_begin(t->zero, &sh, &ns));
     double red[2] = {loss, stop_requested(t) ? 1 : 0}, norm = 0;
-    ST_TRY(st_trainer_all_sum(t, red, 2)); // every TP and PP rank of a pipeline has its loss
-    if (t->tp > 1 || t->pp > 1) {
+    // Every TP and PP rank of a pipeline has its loss; with the pool, every rank's push is done.
+    ST_TRY(st_trainer_all_sum(t, red, 2));
+    if (t->pool) {
+        ST_TRY(st_trainer_pool_grad_norm(t, &norm));
+    } else if (t->tp > 1 || t->pp > 1) {
         norm = st_trainer_grad_sumsq(t, sh, ns);
         ST_TRY(st_trainer_all_sum(t, &norm, 1));
         if (t->zcfg.stage == 0) // every data-parallel rank holds every gradient
@@ -424,15 +440,22 @@ static strata_status_t dist_step(strata_trainer_t *t, strata_step_info_t *info)
     info->lr = lr;
     info->stop = red[1] > 0;
     info->skipped = !isfinite(info->loss) || !isfinite(norm);
+    float scale = strata_clip_scale(norm * norm, c->grad_clip);
     if (info->skipped) {
-        bool bad = false;
+        bool bad = t->pool && !all_finite(strata_model_grad_arena(t->model),
+                                          strata_model_nparams(t->model));
         for (int i = 0; i < ns; i++)
             bad |= !all_finite(sh[i].grads, sh[i].count);
         ST_TRY(nonfinite_step(t, step, loss, bad, info->loss, info->grad_norm));
+        if (t->pool)
+            ST_TRY(st_trainer_pool_clear_grads(t));
+    } else if (t->pool) {
+        ST_TRY(st_trainer_pool_update(t, step, scale, lr));
     } else {
-        ST_TRY(optimizer(t, sh, ns, step, strata_clip_scale(norm * norm, c->grad_clip), lr));
+        ST_TRY(optimizer(t, sh, ns, step, scale, lr));
     }
-    ST_TRY(strata_zero_step_end(t->zero));
+    if (!t->pool)
+        ST_TRY(strata_zero_step_end(t->zero));
     t->step = step;
     return STRATA_OK;
 }
@@ -491,6 +514,9 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
     strata_step_info_t s = {.straggler = -1, .slow_link_from = -1, .slow_link_to = -1};
     if (t->tpg)
         strata_tp_group_reset_stats(t->tpg);
+    if (t->cfg.optimizer_in_pool && !t->pool)
+        return st_error(STRATA_ERR_INVALID_ARG, "train: --optimizer-in-pool runs data parallel: "
+                        "distribute the trainer first (strata launch -n N -- strata train ...)");
     if (t->zero) {
         st_straggler_begin(&t->strag, t->comm);
         ST_TRY(dist_step(t, &s));

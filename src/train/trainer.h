@@ -9,6 +9,7 @@
 #include "strata/harvest.h"
 #include "strata/mesh.h"
 #include "strata/pipeline.h"
+#include "strata/pool.h"
 #include "strata/train.h"
 #include "train/progress.h"
 #include "train/side_tasks.h"
@@ -62,6 +63,10 @@ struct strata_trainer {
     int nside;
     int64_t side_pass_step[2];           /* the snapshot eval's | sample's pass runs on (0: none) */
     double harvested_before;             /* side-work seconds up to the last step */
+    /* the optimizer in the pool (cfg.optimizer_in_pool; trainer_pool.c): NULL pool = off */
+    strata_pool_t *pool;
+    strata_pool_optim_layout_t pool_layout;
+    bool pool_stale;      /* the pool does not hold this trainer's state yet (start, resume) */
     st_straggler_t strag; /* distributed: which rank the others wait for */
     st_slowlink_t links;  /* distributed: which link runs far below the others */
 };
@@ -136,6 +141,37 @@ strata_status_t st_trainer_harvest_report(strata_trainer_t *t, strata_step_info_
 strata_status_t st_trainer_harvest_finish(strata_trainer_t *t, strata_step_info_t *s);
 /* The side tasks and their progress, "eval 40%, gemm", for the progress line. */
 void st_trainer_harvest_snprint(const strata_trainer_t *t, char *out, size_t size);
+
+/* ---- trainer_pool.c: the optimizer in the pool ------------------------------------------------------ */
+
+/* Checks that the run is one the pool's optimizer serves (data parallel, AdamW, ZeRO 0), opens the
+ * pool on STRATA_POOL_NODES (secret STRATA_POOL_SECRET, else STRATA_SECRET) and lays out AdamW's
+ * regions there; the state is written at the first step (st_trainer_pool_upload). */
+strata_status_t st_trainer_pool_open(strata_trainer_t *t);
+
+/* Writes this rank's cut of the parameters, m and v into the pool and zeroes its cut of the
+ * gradient region, then waits for every rank. Collective; clears t->pool_stale. */
+strata_status_t st_trainer_pool_upload(strata_trainer_t *t);
+
+/* Adds this rank's gradients into the pool's gradient region (exactly once). */
+strata_status_t st_trainer_pool_push(strata_trainer_t *t);
+
+/* After every rank's push: the global norm of the averaged gradient, from the nodes' sums of
+ * squares of every rank's cut. Collective. */
+strata_status_t st_trainer_pool_grad_norm(strata_trainer_t *t, double *norm);
+
+/* The nodes apply AdamW to this rank's cut (per run of tensors with the same weight decay, the
+ * averaged gradient times scale), then every rank reads the new parameters into its arena.
+ * Collective. */
+strata_status_t st_trainer_pool_update(strata_trainer_t *t, int64_t step, float scale, float lr);
+
+/* A skipped step: zeroes this rank's cut of the gradient region, then waits for every rank.
+ * Collective. */
+strata_status_t st_trainer_pool_clear_grads(strata_trainer_t *t);
+
+/* Before a checkpoint: this rank's cut of m and v, read from the pool into t->m and t->v (what
+ * the shard stores). Nothing to do when the pool is off or not written yet. */
+strata_status_t st_trainer_pool_pull_state(strata_trainer_t *t);
 
 /* A fresh run id (16 hex digits) from the system's entropy. */
 void st_trainer_new_run_id(char out[17]);

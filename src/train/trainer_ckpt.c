@@ -168,6 +168,8 @@ strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *ag
     // A step being rewritten stops existing first; its old shards never pass for the new ones.
     strata_status_t rc = r == 0 ? strata_ckpt_uncommit(dir, t->step) : STRATA_OK;
     strata_ckpt_digest_t d = {0, 0};
+    if (rc == STRATA_OK) // the optimizer in the pool: this rank's cut of m and v comes from there
+        rc = st_trainer_pool_pull_state(t);
     if (rc == STRATA_OK)
         rc = write_own(t, dir, !memory, &d);
     char msg[1024] = "";
@@ -336,6 +338,7 @@ static void install(strata_trainer_t *t, const strata_ckpt_full_t *full)
     }
     t->step = full->meta.step;
     snprintf(t->run_id, sizeof t->run_id, "%s", full->meta.run_id);
+    t->pool_stale = true; // the optimizer in the pool: the next step writes this state there
 }
 
 /* Rank 0's values of x[0..n), on every rank. */

@@ -6,8 +6,9 @@
  * The input is a script of records: u16 length (little endian), u8 mode, then that many bytes,
  * sent to the node as one datagram. mode bit 0: the session's token is written over bytes 8..16
  * (when the datagram is that long). After each record the node serves what arrived and the
- * replies are drained. Invariants: the decoder never reports a payload beyond the datagram, and
- * after the script the node still answers a valid READ. */
+ * replies are drained. Invariants: the decoder never reports a payload beyond the datagram nor an
+ * ADAMW without its whole arguments (the node's update reads four ranges it names), and after
+ * the script the node still answers a valid READ. */
 #include "common.h"
 
 #include "pool/net.h"
@@ -98,8 +99,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if ((mode & 1) && len >= 16)
             memcpy(dg + 8, &token, 8);
         pl_msg_t m;
-        if (pl_decode(dg, len, &m))
+        if (pl_decode(dg, len, &m)) {
             FUZZ_CHECK(m.payload_len <= len && (!m.payload || m.payload + m.payload_len <= dg + len));
+            // An ADAMW's arguments are all there: the node reads them without another check.
+            FUZZ_CHECK(m.h.op != PL_ADAMW || m.payload_len == PL_ADAMW_ARGS);
+        }
         send_dgram(fd, &to, dg, len);
         serve_and_drain(node, fd, 0);
     }

@@ -198,6 +198,21 @@ def pool_seeds():
                               payload=floats)))
     write("pool", "unauthenticated", pool_rec(pool_dgram(READ, token=5, length=64), False))
     write("pool", "zero_record", pool_rec(pool_dgram(ADD, length=8192, dtype=1, flags=1)))
+    # The optimizer: an update of 16 floats at 0 with m, v, g after them, repeated (applied once),
+    # one whose m overlaps v, one past the region, and sums of squares.
+    ADAMW, SUMSQ = 17, 18
+    def adamw_args(m, v, g, step=1):
+        return struct.pack("<6fqQQQ", 1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0, step, m, v, g)
+    write("pool", "adamw_sumsq",
+          pool_rec(pool_dgram(WRITE, length=64, payload=floats)) +
+          pool_rec(pool_dgram(WRITE, seq=1, addr=192, length=64, payload=floats)) +
+          pool_rec(pool_dgram(ADAMW, flow=2, length=64, dtype=1, payload=adamw_args(64, 128, 192))) +
+          pool_rec(pool_dgram(ADAMW, flow=2, length=64, dtype=1, payload=adamw_args(64, 128, 192))) +
+          pool_rec(pool_dgram(ADAMW, flow=3, length=64, dtype=1, payload=adamw_args(64, 96, 192))) +
+          pool_rec(pool_dgram(ADAMW, flow=4, length=64, dtype=1,
+                              payload=adamw_args(64, 128, (64 << 10) - 32))) +
+          pool_rec(pool_dgram(SUMSQ, flow=5, length=64, dtype=1)) +
+          pool_rec(pool_dgram(SUMSQ, flow=6, addr=(64 << 10) - 60, length=64, dtype=1)))
 
 
 ckpt_seeds()

@@ -4,7 +4,9 @@
  * against the serial sum, the same under the nodes' seeded drop/duplicate/reorder mode (results
  * still exact, ADD applied once), an allreduce whose result reaches other clients, a node that
  * stops mid-operation (the error names it), a wrong secret, and stray or malformed datagrams
- * (dropped and counted; the node still serves). No assertion on elapsed time. */
+ * (dropped and counted; the node still serves); the optimizer's ADAMW and SUMSQ against
+ * strata_adamw_update and a serial sum over 1..4 nodes, with and without the fault mode. No
+ * assertion on elapsed time. */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -193,6 +195,32 @@ static void test_wire_format(void **state)
     assert_false(pl_decode(buf, n, &m));
     buf[5] = STRATA_POOL_F32;
     assert_true(pl_decode(buf, n, &m));
+    // ADAMW: a float32 range and its 56 bytes of arguments, which survive the round trip.
+    pl_adamw_args_t a = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.25f, 123456789012LL, 8, 16, 1ull << 40}, b;
+    uint8_t args[PL_ADAMW_ARGS];
+    pl_adamw_put(args, &a);
+    h = (pl_hdr_t){.op = PL_ADAMW, .dtype = STRATA_POOL_F32, .token = 1, .len = 4096};
+    n = pl_encode(buf, &h, NULL, NULL, args, pl_payload_len(&h));
+    assert_int_equal(n, PL_HDR + PL_ADAMW_ARGS);
+    assert_true(pl_decode(buf, n, &m));
+    pl_adamw_get(m.payload, &b);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_false(pl_decode(buf, n - 1, &m)); // arguments cut short
+    buf[6] = PL_F_ZERO; // no ZERO record of the arguments
+    assert_false(pl_decode(buf, n, &m));
+    buf[6] = 0;
+    buf[5] = STRATA_POOL_BF16; // float32 only
+    assert_false(pl_decode(buf, n, &m));
+    // SUMSQ: a range without payload, of whole float32.
+    h = (pl_hdr_t){.op = PL_SUMSQ, .dtype = STRATA_POOL_F32, .token = 1, .len = 4096};
+    n = pl_encode(buf, &h, NULL, NULL, NULL, 0);
+    assert_true(pl_decode(buf, n, &m));
+    h.len = 4098;
+    n = pl_encode(buf, &h, NULL, NULL, NULL, 0);
+    assert_false(pl_decode(buf, n, &m));
+    h.len = 8;
+    n = pl_encode(buf, &h, NULL, NULL, args, 8); // a payload it must not carry
+    assert_false(pl_decode(buf, n, &m));
 }
 
 /* ---- operations ---------------------------------------------------------------------------------- */
@@ -758,6 +786,149 @@ static void test_malformed_datagrams(void **state)
     stop_nodes(t, 1);
 }
 
+/* ---- the optimizer in the pool ------------------------------------------------------------------- */
+
+/* A small GPT whose arena (its tensors, with and without weight decay) is what the pool updates. */
+static strata_gpt_t *small_model(void)
+{
+    strata_gpt_config_t cfg = strata_gpt_config_default();
+    cfg.n_layer = 1;
+    cfg.n_head = 2;
+    cfg.d_model = 32;
+    cfg.max_seq = 16;
+    strata_gpt_t *m = NULL;
+    assert_int_equal(strata_model_create(&cfg, 1, 5, &m), STRATA_OK);
+    return m;
+}
+
+/* Two clients (two ranks) on n nodes: each adds its gradient into the pool's gradient region, the
+ * norm comes from SUMSQ, and ADAMW runs tensor by tensor (decay per tensor, split between the
+ * clients) for several steps. Parameters, m and v must equal strata_adamw_update's on the summed
+ * gradient bit for bit, the gradient region must be zero after each step, and under the fault mode
+ * the nodes must have met duplicates: applied twice, an update would give other bits. */
+static void adamw_check(int n, double drop, double dup, double reorder)
+{
+    node_thread_t t[4] = {0};
+    start_nodes(t, n, drop, dup, reorder);
+    strata_pool_t *c[2] = {open_pool(t, n, LONG_MS), open_pool(t, n, LONG_MS)};
+    strata_gpt_t *model = small_model();
+    size_t P = strata_model_nparams(model);
+    strata_optim_config_t oc = strata_optim_config_default();
+    strata_pool_optim_layout_t L;
+    assert_int_equal(strata_pool_optim_layout(c[0], P, &L), STRATA_OK);
+    float *p = malloc(P * 4), *m = calloc(P, 4), *v = calloc(P, 4), *g[2] = {malloc(P * 4),
+                                                                             malloc(P * 4)};
+    float *gsum = malloc(P * 4), *got = malloc(P * 4);
+    memcpy(p, strata_model_param_arena(model), P * 4);
+    assert_int_equal(strata_pool_write(c[0], L.params, p, P * 4), STRATA_OK);
+    assert_int_equal(strata_pool_write(c[0], L.m, m, P * 4), STRATA_OK);
+    assert_int_equal(strata_pool_write(c[0], L.v, v, P * 4), STRATA_OK);
+    assert_int_equal(strata_pool_write(c[0], L.grads, m, P * 4), STRATA_OK);
+    for (int step = 1; step <= 3; step++) {
+        float lr = 1e-2f / (float)step, scale = 0.5f;
+        fill(g[0], P, 100u + (unsigned)step);
+        fill(g[1], P, 200u + (unsigned)step);
+        double ref_ss = 0;
+        for (size_t i = 0; i < P; i++) {
+            gsum[i] = g[0][i] + g[1][i]; // the pool's order: 0 + g0, then + g1
+            ref_ss += (double)gsum[i] * gsum[i];
+        }
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(strata_pool_add(c[r], L.grads, g[r], P, STRATA_POOL_F32), STRATA_OK);
+        double ss;
+        assert_int_equal(strata_pool_sumsq(c[1], L.grads, P, &ss), STRATA_OK);
+        // The blocks' sums in another order than the serial loop: a few units in the last place.
+        assert_true(fabs(ss - ref_ss) <= 1e-12 * ref_ss);
+        assert_int_equal(strata_adamw_update(model, &oc, p, gsum, m, v, 0, P, lr, step, scale),
+                         STRATA_OK);
+        for (int ti = 0; ti < strata_model_ntensors(model); ti++) {
+            const strata_tensor_info_t *ts = strata_model_tensor(model, ti);
+            uint64_t off = ts->offset * 4;
+            strata_pool_adamw_t op = {L.params + off, L.m + off, L.v + off, L.grads + off,
+                                      ts->count, lr, oc.beta1, oc.beta2, oc.eps,
+                                      ts->decay ? oc.weight_decay : 0.f, scale, step};
+            if (strata_pool_adamw(c[ti % 2], &op) != STRATA_OK)
+                fail_msg("adamw: %s", strata_last_error());
+        }
+        assert_int_equal(strata_pool_read(c[0], L.params, got, P * 4), STRATA_OK);
+        assert_memory_equal(got, p, P * 4);
+        assert_int_equal(strata_pool_read(c[1], L.m, got, P * 4), STRATA_OK);
+        assert_memory_equal(got, m, P * 4);
+        assert_int_equal(strata_pool_read(c[0], L.v, got, P * 4), STRATA_OK);
+        assert_memory_equal(got, v, P * 4);
+        assert_int_equal(strata_pool_sumsq(c[0], L.grads, P, &ss), STRATA_OK);
+        assert_true(ss == 0);
+    }
+    strata_pool_close(c[0]);
+    strata_pool_close(c[1]);
+    halt_nodes(t, n);
+    uint64_t suppressed = 0;
+    for (int i = 0; i < n; i++) {
+        strata_pool_stats_t s;
+        strata_pool_node_stats(t[i].node, &s);
+        suppressed += s.duplicates;
+    }
+    close_nodes(t, n);
+    if (dup > 0)
+        assert_true(suppressed > 0);
+    strata_model_destroy(model);
+    free(p), free(m), free(v), free(g[0]), free(g[1]), free(gsum), free(got);
+}
+
+static void test_adamw_matches_optimizer(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 4; n++)
+        adamw_check(n, 0, 0, 0);
+}
+
+static void test_adamw_faults_exact(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 4; n++)
+        adamw_check(n, 0.1, 0.1, 0.1);
+}
+
+/* Requests the client refuses before sending anything, each with a message saying why; and a
+ * layout larger than the pool, whose message says what each node must serve. */
+static void test_adamw_bad_requests(void **state)
+{
+    (void)state;
+    node_thread_t t[2] = {0};
+    start_nodes(t, 2, 0, 0, 0);
+    strata_pool_t *p = open_pool(t, 2, LONG_MS);
+    strata_pool_optim_layout_t L;
+    assert_int_equal(strata_pool_optim_layout(p, 1000, &L), STRATA_OK);
+    uint64_t stripe = 2 * strata_pool_block_bytes(p);
+    assert_int_equal(L.region_bytes, stripe);
+    assert_true(L.m == L.params + stripe && L.v == L.m + stripe && L.grads == L.v + stripe);
+    strata_pool_adamw_t ok = {L.params, L.m, L.v, L.grads, 1000, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                              0.01f, 1, 1};
+    strata_pool_adamw_t op = ok;
+    op.m += 2;
+    assert_int_equal(strata_pool_adamw(p, &op), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "not a multiple of 4"));
+    op = ok;
+    op.v = L.m + 4; // an element further: the same node only by accident of a block boundary
+    assert_int_equal(strata_pool_adamw(p, &op), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "same offset within a stripe"));
+    op = ok;
+    op.count = stripe / 4 + 1; // m's range runs into v's
+    assert_int_equal(strata_pool_adamw(p, &op), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "overlap"));
+    op = ok;
+    op.grads = strata_pool_capacity(p); // congruent, but past the end
+    assert_int_equal(strata_pool_adamw(p, &op), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "outside the pool"));
+    double ss;
+    assert_int_equal(strata_pool_sumsq(p, 2, 4, &ss), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_pool_adamw(p, &ok), STRATA_OK);
+    assert_int_equal(strata_pool_optim_layout(p, 2 * NODE_BYTES / 4, &L), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "needs 4194304 bytes on each of the 2 pool nodes"));
+    strata_pool_close(p);
+    stop_nodes(t, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -776,6 +947,9 @@ int main(void)
         cmocka_unit_test(test_dead_node_named),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_malformed_datagrams),
+        cmocka_unit_test(test_adamw_matches_optimizer),
+        cmocka_unit_test(test_adamw_faults_exact),
+        cmocka_unit_test(test_adamw_bad_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

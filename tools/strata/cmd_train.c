@@ -57,6 +57,9 @@ static void usage(FILE *f)
             "  --pp-svg FILE      the planned and measured pipeline timeline of --trace-step\n"
             "  --harvest LIST     side work in the pipeline's bubbles, in priority order: eval, sample,\n"
             "                     data, gemm (e.g. eval,sample,gemm; docs/harvest.md)\n"
+            "  --optimizer-in-pool  AdamW's master weights, m and v live on the pool nodes of\n"
+            "                     $STRATA_POOL_NODES (secret $STRATA_POOL_SECRET), which apply the\n"
+            "                     update; ranks push gradients, read parameters (docs/pool.md)\n"
             "  --plan PLAN.json   the layout of strata plan --json (predict or search): tp, pp,\n"
             "                     vp, zero, schedule, micro-batch, sp, order (flags after it\n"
             "                     override it); the job must have its tp x pp x dp ranks\n"
@@ -217,7 +220,7 @@ int cmd_train(int argc, char **argv)
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -237,7 +240,7 @@ int cmd_train(int argc, char **argv)
         {"no-tp-overlap", 0, 0, O_NOOVERLAP}, {"pp", 1, 0, O_PP},         {"vp", 1, 0, O_VP},
         {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
         {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
-        {"harvest", 1, 0, O_HARVEST},
+        {"harvest", 1, 0, O_HARVEST},   {"optimizer-in-pool", 0, 0, O_POOLOPT},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -318,6 +321,7 @@ int cmd_train(int argc, char **argv)
         case O_PPLAYERS: snprintf(cfg.pp_layers, sizeof cfg.pp_layers, "%s", optarg); break;
         case O_PPSVG: snprintf(cfg.pp_svg, sizeof cfg.pp_svg, "%s", optarg); break;
         case O_HARVEST: snprintf(cfg.harvest, sizeof cfg.harvest, "%s", optarg); break;
+        case O_POOLOPT: cfg.optimizer_in_pool = true; break;
         case O_PLAN:
             if (strata_train_config_apply_plan(optarg, &cfg, &plan_ranks) < 0)
                 return cmd_fail(NULL, "--plan: %s", strata_last_error());
@@ -405,6 +409,10 @@ int cmd_train(int argc, char **argv)
         return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
                         "launch -n 2 -- strata train --pp 2", "--pp %d needs %d ranks or more, "
                         "this is one process", cfg.pp, cfg.pp);
+    if (!comm && cfg.optimizer_in_pool)
+        return cmd_fail("run it under a launcher with 2 ranks or more, e.g. strata launch -n 2 -- "
+                        "strata train --optimizer-in-pool", "--optimizer-in-pool: the ranks push "
+                        "gradients to the pool and read parameters back; this is one process");
     if (!comm && cfg.tp > 1)
         return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
                         "launch -n 2 -- strata train --tp 2", "--tp %d needs %d ranks or more, "
@@ -426,13 +434,14 @@ int cmd_train(int argc, char **argv)
                 "steps", strata_model_full_nparams(m), cfg.model.n_layer, cfg.model.d_model,
                 cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps);
         if (comm)
-            fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s",
+            fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s%s",
                     strata_comm_size(comm), cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,
                     cfg.tp > 1 ? (cfg.sp ? " with SP" : "") : "", cfg.pp > 1 ? ", PP=" : "",
                     cfg.pp > 1 ? cfg.pp : 0, cfg.pp > 1 ? " " : "",
                     cfg.pp > 1 ? strata_schedule_name(cfg.schedule) : "", cfg.zero,
                     cfg.hpz[0] ? ", hpZ in " : "", cfg.hpz, cfg.tiers == 3 ? ", 3-level" : "",
-                    cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "");
+                    cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "",
+                    cfg.optimizer_in_pool ? ", optimizer in the pool" : "");
         fputc('\n', stderr);
     }
     catch_stop_signals();
