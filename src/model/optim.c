@@ -6,6 +6,7 @@
 
 #include "base/adamw.h"
 #include "base/base.h"
+#include "base/sumsq.h"
 #include "model/vecmath.h"
 #include "strata/model.h"
 
@@ -114,18 +115,7 @@ strata_status_t strata_lamb_apply(const strata_gpt_t *m, const strata_optim_conf
 ST_VEC_CLONES
 double strata_sumsq(const float *x, size_t n)
 {
-    // Four independent accumulators vectorise without -ffast-math and keep a fixed order.
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += (double)x[i] * x[i];
-        a1 += (double)x[i + 1] * x[i + 1];
-        a2 += (double)x[i + 2] * x[i + 2];
-        a3 += (double)x[i + 3] * x[i + 3];
-    }
-    for (; i < n; i++)
-        a0 += (double)x[i] * x[i];
-    return (a0 + a1) + (a2 + a3);
+    return st_sumsq_f32(x, n);
 }
 
 float strata_clip_scale(double global_sumsq, float max_norm)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "strata/pool.h"
+#include "base/sumsq.h"
 #include "pool/kernels.h"
 
 void pk_add_f32(float *restrict dst, const float *restrict src, size_t n)
@@ -45,17 +46,7 @@ void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes)
 
 double pk_sumsq_f32(const float *x, size_t n)
 {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += (double)x[i] * x[i];
-        a1 += (double)x[i + 1] * x[i + 1];
-        a2 += (double)x[i + 2] * x[i + 2];
-        a3 += (double)x[i + 3] * x[i + 3];
-    }
-    for (; i < n; i++)
-        a0 += (double)x[i] * x[i];
-    return (a0 + a1) + (a2 + a3);
+    return st_sumsq_f32(x, n);
 }
 
 bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "harness/st_test.h"
+#include "harness/train_checks.h"
 #include "strata/train.h"
 
 typedef struct job {
@@ -79,31 +80,6 @@ static strata_trainer_t *make_trainer(const job_t *j, strata_comm_t *comm)
     return t;
 }
 
-/* Rank 1's loss of step 3 becomes NaN. */
-static strata_status_t poison_rank1(void *ctx, strata_trainer_t *t, float *loss)
-{
-    if (*(int *)ctx == 1 && strata_trainer_step_count(t) + 1 == 3)
-        *loss = NAN;
-    return STRATA_OK;
-}
-
-/* Sum of this rank's parameter arena, all-gathered: equal on every rank when the state is. */
-static int same_params(strata_comm_t *comm, strata_trainer_t *t, int rank)
-{
-    size_t P = strata_model_nparams(strata_trainer_model(t));
-    const float *p = strata_model_param_arena(strata_trainer_model(t));
-    double sum = 0, all[3] = {0, 0, 0};
-    for (size_t i = 0; i < P; i++)
-        sum += p[i];
-    all[rank] = sum;
-    if (strata_allreduce(comm, all, all, 3, STRATA_DTYPE_F64, STRATA_OP_SUM) != 0)
-        return ST_RANK_FAIL("allreduce: %s", strata_last_error());
-    if (all[0] != all[1] || all[1] != all[2] || !isfinite(all[0]))
-        return ST_RANK_FAIL("parameters differ between ranks: %.9g %.9g %.9g", all[0], all[1],
-                            all[2]);
-    return 0;
-}
-
 static int nonfinite_rank(int rank, int n, void *arg)
 {
     (void)n;
@@ -112,7 +88,7 @@ static int nonfinite_rank(int rank, int n, void *arg)
     strata_trainer_t *t = make_trainer(j, comm);
     if (!t)
         return ST_RANK_FAIL("trainer: %s", strata_last_error());
-    strata_trainer_set_sync(t, poison_rank1, &rank);
+    strata_trainer_set_sync(t, st_poison_rank1_step3, &rank);
     strata_step_info_t info;
     for (int s = 0; s < 2; s++)
         ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
@@ -139,7 +115,7 @@ static int nonfinite_rank(int rank, int n, void *arg)
         }
         // Stage 0 holds the whole arena on every rank: it must be the same everywhere.
         if (!bad && j->stage == 0)
-            bad = same_params(comm, t, rank);
+            bad = st_same_params(comm, t);
     }
     strata_trainer_destroy(t);
     strata_comm_destroy(comm);

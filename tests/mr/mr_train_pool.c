@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "harness/st_test.h"
+#include "harness/train_checks.h"
 #include "strata/pool.h"
 #include "strata/train.h"
 
@@ -31,31 +32,6 @@ typedef struct run {
 } run_t;
 
 static char corpus[1024];
-
-/* Rank 1's loss of step 3 becomes NaN. */
-static strata_status_t poison_rank1(void *ctx, strata_trainer_t *t, float *loss)
-{
-    if (*(int *)ctx == 1 && strata_trainer_step_count(t) + 1 == 3)
-        *loss = NAN;
-    return STRATA_OK;
-}
-
-/* Sum of this rank's parameter arena, all-gathered: equal on every rank when the state is. */
-static int same_params(strata_comm_t *comm, strata_trainer_t *t, int rank)
-{
-    size_t P = strata_model_nparams(strata_trainer_model(t));
-    const float *p = strata_model_param_arena(strata_trainer_model(t));
-    double sum = 0, all[3] = {0, 0, 0};
-    for (size_t i = 0; i < P; i++)
-        sum += p[i];
-    all[rank] = sum;
-    if (strata_allreduce(comm, all, all, 3, STRATA_DTYPE_F64, STRATA_OP_SUM) != 0)
-        return ST_RANK_FAIL("allreduce: %s", strata_last_error());
-    if (all[0] != all[1] || all[1] != all[2] || !isfinite(all[0]))
-        return ST_RANK_FAIL("parameters differ between ranks: %.9g %.9g %.9g", all[0], all[1],
-                            all[2]);
-    return 0;
-}
 
 /* STEPS steps of a 3-rank ZeRO-0 trainer, in the pool or not, into *out. */
 static int train(strata_comm_t *comm, int rank, bool pool, run_t *out)
@@ -77,7 +53,7 @@ static int train(strata_comm_t *comm, int rank, bool pool, run_t *out)
     ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
     strata_zero_config_t zc = strata_zero_config_default();
     ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
-    strata_trainer_set_sync(t, poison_rank1, &rank);
+    strata_trainer_set_sync(t, st_poison_rank1_step3, &rank);
     for (int s = 0; s < STEPS; s++) {
         strata_step_info_t info;
         ST_RANK_CHECK_OK(strata_trainer_step(t, &info));
@@ -85,7 +61,7 @@ static int train(strata_comm_t *comm, int rank, bool pool, run_t *out)
         out->norm[s] = info.grad_norm;
         out->skipped[s] = info.skipped;
     }
-    int bad = same_params(comm, t, rank);
+    int bad = st_same_params(comm, t);
     strata_trainer_destroy(t);
     return bad;
 }
