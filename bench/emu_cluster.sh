@@ -112,6 +112,7 @@ fi
 [ -z "$queue" ] || [[ $queue =~ ^[1-9][0-9]*$ ]] || { echo "emu_cluster: --queue-bytes must be a positive integer" >&2; exit 2; }
 [ -z "$loss" ] || [[ $loss =~ ^[0-9]*\.?[0-9]{0,3}$ && $loss != . ]] || { echo "emu_cluster: --loss is a percentage with at most 3 decimals (0.1)" >&2; exit 2; }
 [ -z "$loss" ] || command -v nft >/dev/null || { echo "emu_cluster: --loss needs nft (apt-get install nftables)" >&2; exit 2; }
+[ -z "$loss" ] || [ -z "$torus" ] || { echo "emu_cluster: --loss works on the bridges of racks, not on --torus" >&2; exit 2; }
 [[ $mtu =~ ^[0-9]+$ ]] && ((mtu >= 576 && mtu <= 65535)) || { echo "emu_cluster: --mtu must be 576..65535" >&2; exit 2; }
 nz=$((zones > 0 ? zones : 1))
 if [ -n "$rack_hosts" ]; then # racks of the sizes listed
@@ -183,12 +184,6 @@ if ! ip netns add "$FAB" 2>/dev/null; then
     exit 77
 fi
 ip netns exec "$FAB" ip link set lo up
-if [ -n "$loss" ]; then # random loss in every bridge: PCT percent = PCT*1000 in 100000
-    per=$(awk -v p="$loss" 'BEGIN { printf "%d", p * 1000 + 0.5 }')
-    ip netns exec "$FAB" nft add table bridge emu
-    ip netns exec "$FAB" nft "add chain bridge emu lossy { type filter hook forward priority 0; }"
-    ip netns exec "$FAB" nft add rule bridge emu lossy numgen random mod 100000 "<" "$per" counter drop
-fi
 bridge "${P}sp"
 rack_up=() # per rack: its hosts' NICs over the oversubscription
 for ((k = 0; k < nracks; k++)); do
@@ -220,6 +215,14 @@ for ((k = 0; k < nracks; k++)); do # rack bridges hang off their zone, or the sp
     ((zones > 0)) && up="${P}z$((k / racks))"
     uplink "${P}r$k" "${P}r$k" "$up" "${rack_up[k]}"
 done
+# Random loss in every bridge: PCT percent is PCT*1000 in 100000. The table must come after the
+# bridges: a bridge created later is not seen by the hook.
+if [ -n "$loss" ]; then
+    per=$(awk -v p="$loss" 'BEGIN { printf "%d", p * 1000 + 0.5 }')
+    ip netns exec "$FAB" nft add table bridge emu
+    ip netns exec "$FAB" nft "add chain bridge emu lossy { type filter hook forward priority 0; }"
+    ip netns exec "$FAB" nft add rule bridge emu lossy numgen random mod 100000 "<" "$per" counter drop
+fi
 router() { # router NS: a namespace that forwards, hashing multipath routes on L4
     ip netns add "$1"
     ip netns exec "$1" ip link set lo up

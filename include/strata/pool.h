@@ -121,7 +121,8 @@ typedef struct strata_pool_hop {
 
 typedef struct strata_pool_reduce {
     const void *src;     /* the caller's contribution (count elements), read until the call ends */
-    void *dst;           /* the reduced result for the caller (may alias src; NULL: not wanted) */
+    void *dst;           /* the reduced result for the caller (may alias src: it is then staged
+                            and written when the call ends; NULL: not wanted) */
     size_t count;
     strata_pool_dtype_t dtype;
     const strata_pool_hop_t *route; /* 1..STRATA_POOL_MAX_HOPS hops, in order */

@@ -51,13 +51,26 @@ strata_status_t strata_pool_reduce(strata_pool_t *p, const strata_pool_reduce_t 
         o.has_group = true;
     }
     o.n = (bytes + p->block - 1) / p->block;
+    // A receiver that misses a block is served from the source until every receiver is done, so
+    // a result over its own source collects in a buffer of its own until then.
+    const uint8_t *s8 = r->src, *d8 = r->dst;
+    bool overlap = d8 && d8 < s8 + bytes && s8 < d8 + bytes;
+    uint8_t *stage = overlap ? malloc(bytes ? bytes : 1) : NULL;
     o.items = calloc(o.n ? o.n : 1, sizeof *o.items);
-    if (!o.items)
+    if (!o.items || (overlap && !stage)) {
+        free(o.items);
+        free(stage);
         return st_error(STRATA_ERR_NO_MEMORY, "pool reduce: out of memory");
+    }
+    if (overlap)
+        o.dst = stage;
     for (size_t i = 0; i < o.n; i++)
         o.items[i] = (item_t){.node = r->route[0].node, .off = i * p->block,
                               .len = ST_MIN(p->block, bytes - i * p->block)};
     strata_status_t rc = pc_run(&o);
+    if (rc == STRATA_OK && overlap)
+        memcpy(r->dst, stage, bytes);
+    free(stage);
     free(o.items);
     return rc;
 }

@@ -99,7 +99,7 @@ check "--queue-bytes: the hosts' links queue 30000 bytes" $?
 
 # The pool allreduce through pool nodes beside the rack switches, its results by multicast across
 # the bridges, on jumbo frames (--mtu) with 1% of the frames lost in every bridge (--loss): still
-# exact, and the nodes count the multicast results they sent.
+# exact; the last node of the chain (rack 1's) counts the results it sent, and the bridges their drops.
 out=$TMP/pool.txt
 bash "$EMU" --racks 2 --hosts 2 --mtu 9000 --loss 1 --switch-nodes \
     --switch-run "STRATA_SECRET=ps $STRATA pool serve --listen \$SWITCH_ADDR:7700 --bytes 64M" \
@@ -107,7 +107,8 @@ bash "$EMU" --racks 2 --hosts 2 --mtu 9000 --loss 1 --switch-nodes \
            STRATA_POOL_MULTICAST=239.192.60.0:7810 \
            STRATA_POOL_NODES=\$(echo \$EMU_SWITCHES | sed 's/,/:7700,/g; s/\$/:7700/') \
            $B allreduce --sizes 1M,4M -n 2 -w 1 && \
-           { [ \$RANK != 0 ] || STRATA_SECRET=ps $STRATA pool stats \${EMU_SWITCHES%%,*}:7700; }" \
+           { [ \$RANK != 0 ] || { STRATA_SECRET=ps $STRATA pool stats \${EMU_SWITCHES##*,}:7700 &&
+             ip netns exec \$(awk 'NR == 1 { print \$5 }' \$EMU_DIR/ranks) nft list ruleset; }; }" \
     >"$out" 2>&1
 check "pool allreduce on the emulated cluster (multicast, jumbo frames, 1% loss): ran" $?
 grep -q 'all results correct' "$out"
@@ -116,6 +117,8 @@ check "pool allreduce: the results are correct" $?
 check "--mtu 9000: every host's link has it" $?
 grep -Eq '^results +[1-9]' "$out" && grep -Eq 'pool +[0-9]' "$out"
 check "pool allreduce: the node served reductions, and bench named the pool algorithm" $?
+grep -Eq 'counter packets [1-9][0-9]* .* drop' "$out"
+check "--loss 1: the bridges dropped frames" $?
 
 # --launch: the ranks of one `strata launch` enter their hosts.
 cat >"$TMP/whoami.sh" <<'EOF2'

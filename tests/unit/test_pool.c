@@ -633,9 +633,10 @@ static void *receiver_main(void *arg)
     return NULL;
 }
 
-static void test_receiver_repairs_by_nack(void **state)
+/* In place (the origin's result over its source) the repair must still send the source, not the
+ * result the origin already wrote there for that block. */
+static void nack_repair(bool in_place)
 {
-    (void)state;
     node_thread_t t[2] = {0};
     start_nodes(t, 2, 0, 0, 0);
     strata_pool_t *origin = open_pool(t, 2, LONG_MS), *dest = open_pool(t, 2, LONG_MS);
@@ -662,7 +663,8 @@ static void test_receiver_repairs_by_nack(void **state)
     assert_int_equal(pthread_create(&recv_tid, NULL, receiver_main, &ra), 0);
     strata_pool_hop_t route[2] = {{0, 0}, {1, 0}};
     const char *dests[1] = {relay_addr};
-    strata_pool_reduce_t op = {.src = src, .dst = mine, .count = count, .dtype = STRATA_POOL_F32,
+    float *out = in_place ? src : mine;
+    strata_pool_reduce_t op = {.src = src, .dst = out, .count = count, .dtype = STRATA_POOL_F32,
                                .route = route, .hops = 2, .dests = dests, .ndests = 1};
     strata_status_t rc = strata_pool_reduce(origin, &op);
     char err[256];
@@ -676,12 +678,19 @@ static void test_receiver_repairs_by_nack(void **state)
     if (ra.rc != STRATA_OK)
         fail_msg("receiver: %s", ra.err);
     assert_true(atomic_load(&r.dropped) >= 1);
-    assert_memory_equal(mine, ref, count * 4);
+    assert_memory_equal(out, ref, count * 4);
     assert_memory_equal(got, ref, count * 4);
     strata_pool_close(origin);
     strata_pool_close(dest);
     stop_nodes(t, 2);
     free(src), free(blk), free(ref), free(got), free(mine);
+}
+
+static void test_receiver_repairs_by_nack(void **state)
+{
+    (void)state;
+    nack_repair(false);
+    nack_repair(true);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------ */
