@@ -50,6 +50,7 @@ typedef struct item {
     uint64_t sent_ns;
     uint8_t tries; /* transmissions; a round trip is measured on the first only (Karn) */
     bool sent, done;
+    bool wanted;   /* a destination asked for it again (NACK): resent as the window allows */
 } item_t;
 
 typedef struct op {
@@ -71,6 +72,9 @@ typedef struct op {
     int ndests_done;
     strata_pool_stats_t *stats;
     strata_status_t err;
+    size_t nwanted;          /* items wanted again by a destination, not yet resent */
+    double repair_budget;    /* resends for destinations allowed until repair_epoch_ns + timeout */
+    uint64_t repair_epoch_ns;
 } op_t;
 
 /* Splits [addr, addr + bytes) of the global space into per-block items (an error names `what` when

@@ -180,13 +180,18 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
         return true;
     }
     if (o->kind == PL_REDUCE && h->op == PL_NACK) { // a destination asks for blocks again
-        // Every destination may ask for the same block: it goes again once per timeout.
+        // Every destination may ask for the same block: it goes again once per timeout, and
+        // only as fast as the congestion window lets (pc_run), never as one burst. A block the
+        // window has not reached yet is on its way anyway: sending it out of turn would answer
+        // packets the window does not count (it counts from `next` down to `ndone`).
         uint64_t now = st_now_ns(), rto = pc_rto_ns(p);
         for (size_t k = 0; k + 4 <= m->payload_len; k += 4) {
             uint32_t s;
             memcpy(&s, m->payload + k, 4);
-            if (s < o->n && now - o->items[s].sent_ns >= rto)
-                send_item(o, s);
+            if (s < o->next && !o->items[s].wanted && now - o->items[s].sent_ns >= rto) {
+                o->items[s].wanted = true;
+                o->nwanted++;
+            }
         }
         return false;
     }
@@ -271,6 +276,25 @@ static strata_status_t name_silent_hop(op_t *o)
                     "pool reduction: no result within %lld ms though every hop answers", saved);
 }
 
+/* Resends the blocks destinations asked for, a window's worth per round trip at most. */
+static void resend_wanted(op_t *o, uint64_t now)
+{
+    strata_pool_t *p = o->p;
+    uint64_t rto = pc_rto_ns(p);
+    if (now - o->repair_epoch_ns >= rto) {
+        o->repair_epoch_ns = now;
+        o->repair_budget = p->cwnd;
+    }
+    for (size_t i = 0; i < o->n && o->nwanted && o->repair_budget >= 1; i++) {
+        if (!o->items[i].wanted)
+            continue;
+        o->items[i].wanted = false;
+        o->nwanted--;
+        o->repair_budget--;
+        send_item(o, i);
+    }
+}
+
 strata_status_t pc_run(op_t *o)
 {
     strata_pool_t *p = o->p;
@@ -297,6 +321,8 @@ strata_status_t pc_run(op_t *o)
                 send_item(o, i);
             }
         }
+        if (o->nwanted)
+            resend_wanted(o, now);
         if (pc_receive(p, p->retry_ms, on_reply, o) > 0)
             last_progress = st_now_ns();
         if (o->err)
