@@ -60,9 +60,12 @@ static strata_status_t open_socket(const struct sockaddr_in *bind_to, bool share
     if (fd < 0)
         return st_error_errno(STRATA_ERR_SYSTEM, errno, "pool: socket");
     int sz = SOCK_BUF_BYTES, one = 1;
-    // Best effort: the kernel caps these at net.core.[rw]mem_max.
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    // Best effort: the kernel caps these at net.core.[rw]mem_max (about 200 KiB, a few dozen
+    // datagrams), except for a process allowed to force them (CAP_NET_ADMIN).
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
     if ((shared && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) ||
         bind(fd, (const struct sockaddr *)bind_to, sizeof *bind_to) != 0) {
         int err = errno;
