@@ -2,11 +2,13 @@
  * their buffers into pool blocks, the first rank pushes its own through the chain of those blocks,
  * every hop adds its block in flight, and the last hop sends the sum to every rank.
  *
- * Each chunk of the buffer takes three rounds:
+ * Each chunk of the buffer takes four rounds:
  *   1. ranks 1..n-1 write the chunk into their block and tell rank 0 where their results go (the
  *      message is also the barrier: rank 0 reduces only once every block holds its data);
- *   2. rank 0 runs the chained reduction with every other rank as a destination; they receive;
- *   3. rank 0 tells everyone the reduction is over. Until then it may still repair a packet some
+ *   2. rank 0 tells every rank whether the reduction goes ahead (every write succeeded) and where
+ *      it comes from; if not, every rank fails with rank 0's reason, naming the rank and node;
+ *   3. rank 0 runs the chained reduction with every other rank as a destination; they receive;
+ *   4. rank 0 tells everyone the reduction is over. Until then it may still repair a packet some
  *      receiver missed by sending it through the chain again, so no rank may overwrite its block.
  *
  * Blocks: every world rank owns one slot of the pool, on node (world rank mod N), so communicators
@@ -211,7 +213,28 @@ static strata_status_t write_block(st_sched_t *s, st_ep_t *ep, const int *world,
     return STRATA_OK;
 }
 
-/* Round 2, rank 0: the chain through every other rank's block, grouped by node so a packet
+/* Round 2, rank 0: whether every write succeeded, in the message every rank gets next (a failure
+ * is returned in round 3, once the message is sent). */
+static strata_status_t check_writes(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
+{
+    (void)s;
+    (void)ep;
+    (void)world;
+    chunk_t *k = arg;
+    for (int r = 1; r < k->n && k->mine.status >= 0; r++)
+        if (k->peers[r].status < 0) {
+            k->peers[r].error[sizeof k->peers[r].error - 1] = '\0';
+            k->mine.status = k->peers[r].status;
+            // A long reason is cut to the message's room; the rank's own log has it whole.
+            if (snprintf(k->mine.error, sizeof k->mine.error,
+                         "pool allreduce: rank %d could not write its block: %s", r,
+                         k->peers[r].error) < 0)
+                k->mine.error[0] = '\0';
+        }
+    return STRATA_OK;
+}
+
+/* Round 3, rank 0: the chain through every other rank's block, grouped by node so a packet
  * crosses between nodes as seldom as it can, with every other rank as a destination. */
 static strata_status_t reduce_chain(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
 {
@@ -221,10 +244,8 @@ static strata_status_t reduce_chain(st_sched_t *s, st_ep_t *ep, const int *world
     st_pool_conn_t *c = k->conn;
     strata_pool_hop_t route[STRATA_POOL_MAX_HOPS];
     const char *dests[STRATA_POOL_MAX_DESTS];
-    for (int r = 1; r < k->n; r++)
-        if (k->peers[r].status < 0)
-            return st_error(k->peers[r].status, "pool allreduce: rank %d could not write its block: %s",
-                            r, k->peers[r].error);
+    if (k->mine.status < 0)
+        return st_error(k->mine.status, "%s", k->mine.error);
     int hops = 0;
     for (int node = 0; node < c->n; node++)
         for (int r = 1; r < k->n; r++)
@@ -244,7 +265,7 @@ static strata_status_t reduce_chain(st_sched_t *s, st_ep_t *ep, const int *world
     return rc;
 }
 
-/* Round 2, ranks 1..n-1. */
+/* Round 3, ranks 1..n-1: the result, unless this rank's write or another's failed. */
 static strata_status_t receive(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
 {
     (void)s;
@@ -253,6 +274,11 @@ static strata_status_t receive(st_sched_t *s, st_ep_t *ep, const int *world, voi
     chunk_t *k = arg;
     if (k->mine.status < 0)
         return st_error(k->mine.status, "%s", k->mine.error);
+    k->peers[0].error[sizeof k->peers[0].error - 1] = '\0';
+    if (k->peers[0].status < 0) {
+        atomic_store(&slot_busy, false);
+        return st_error(k->peers[0].status, "%s", k->peers[0].error);
+    }
     k->peers[0].addr[sizeof k->peers[0].addr - 1] = '\0';
     strata_status_t rc = strata_pool_receive_from(k->conn->client, k->peers[0].addr, k->dst,
                                                   k->count, k->dtype);
@@ -264,7 +290,7 @@ static strata_status_t receive(st_sched_t *s, st_ep_t *ep, const int *world, voi
     return rc;
 }
 
-/* Round 3, ranks 1..n-1: the slot is free again once rank 0 says so. */
+/* Round 4, ranks 1..n-1: the slot is free again once rank 0 says so. */
 static strata_status_t release(st_sched_t *s, st_ep_t *ep, const int *world, void *arg)
 {
     (void)s;
@@ -314,10 +340,12 @@ static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
         uint32_t tag = 2 * (uint32_t)i;
         if (r == 0) {
             snprintf(k->mine.addr, sizeof k->mine.addr, "%s", c->self);
-            for (int p = 1; p < n; p++) {
+            for (int p = 1; p < n; p++)
                 st_sched_recv(s, p, tag, &k->peers[p], sizeof(ready_t));
+            st_sched_round(s);
+            st_sched_call(s, check_writes, k);
+            for (int p = 1; p < n; p++)
                 st_sched_send(s, p, tag, &k->mine, sizeof k->mine);
-            }
             st_sched_round(s);
             st_sched_call(s, reduce_chain, k);
             st_sched_round(s);
@@ -326,6 +354,7 @@ static strata_status_t allreduce_pool(st_sched_t *s, const st_coll_args_t *a)
         } else {
             st_sched_call(s, write_block, k);
             st_sched_send(s, 0, tag, &k->mine, sizeof k->mine);
+            st_sched_round(s);
             st_sched_recv(s, 0, tag, &k->peers[0], sizeof(ready_t));
             st_sched_round(s);
             st_sched_call(s, receive, k);
