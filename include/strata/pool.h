@@ -82,6 +82,15 @@ STRATA_API strata_status_t strata_pool_open(const char *const *nodes, int n, con
                                             long long timeout_ms, strata_pool_t **out);
 STRATA_API void strata_pool_close(strata_pool_t *pool);
 
+/* The job's pool, as the communicator (the pool allreduce) and the trainer (--optimizer-in-pool)
+ * reach it: STRATA_POOL_NODES lists the nodes ("ADDR:PORT,ADDR:PORT,..."), STRATA_POOL_SECRET is
+ * their secret (unset: STRATA_SECRET). strata_pool_env_nodes() is how many nodes the list names
+ * (0: unset), without opening anything. strata_pool_open_env opens a client on them like
+ * strata_pool_open; errors: STRATA_ERR_INVALID_ARG for an unset list, an empty entry or more than
+ * 64 nodes, then those of strata_pool_open. */
+STRATA_API int strata_pool_env_nodes(void);
+STRATA_API strata_status_t strata_pool_open_env(long long timeout_ms, strata_pool_t **out);
+
 /* Bytes of one block (one packet payload): the interleaving unit. */
 STRATA_API size_t strata_pool_block_bytes(const strata_pool_t *pool);
 /* Bytes of the global address space: blocks of all nodes, interleaved. */

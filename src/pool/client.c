@@ -283,6 +283,49 @@ int strata_pool_port(const strata_pool_t *p)
     return ntohs(a.sin_port);
 }
 
+#define ENV_MAX_NODES 64
+
+int strata_pool_env_nodes(void)
+{
+    const char *list = st_knob_str("STRATA_POOL_NODES");
+    int n = *list ? 1 : 0;
+    for (const char *s = list; *s; s++)
+        n += *s == ',';
+    return n;
+}
+
+strata_status_t strata_pool_open_env(long long timeout_ms, strata_pool_t **out)
+{
+    *out = NULL;
+    const char *list = st_knob_str("STRATA_POOL_NODES");
+    if (!list[0])
+        return st_error(STRATA_ERR_INVALID_ARG, "no pool nodes: set STRATA_POOL_NODES to the comma "
+                        "list of ADDR:PORT that each `strata pool serve` printed");
+    char *buf = strdup(list);
+    if (!buf)
+        return st_error(STRATA_ERR_NO_MEMORY, "pool open: out of memory");
+    const char *nodes[ENV_MAX_NODES];
+    int n = 0;
+    strata_status_t rc = STRATA_OK;
+    for (char *s = buf, *next; s && rc == STRATA_OK; s = next) {
+        next = strchr(s, ',');
+        if (next)
+            *next++ = 0;
+        if (!s[0] || n == ENV_MAX_NODES)
+            rc = st_error(STRATA_ERR_INVALID_ARG, "STRATA_POOL_NODES '%s': %s", list,
+                          s[0] ? "more than 64 nodes"
+                               : "an empty entry (expected ADDR:PORT,ADDR:PORT,...)");
+        else
+            nodes[n++] = s;
+    }
+    const char *secret = st_knob_str("STRATA_POOL_SECRET");
+    if (rc == STRATA_OK)
+        rc = strata_pool_open(nodes, n, secret[0] ? secret : st_knob_str("STRATA_SECRET"),
+                              timeout_ms, out);
+    free(buf);
+    return rc;
+}
+
 strata_status_t strata_pool_address(const strata_pool_t *p, char *buf, size_t len)
 {
     struct sockaddr_in me = {.sin_family = AF_INET, .sin_port = htons((uint16_t)strata_pool_port(p))};

@@ -14,8 +14,6 @@
 #include "strata/trace.h"
 #include "train/trainer.h"
 
-#define MAX_NODES 64
-
 /* This rank's cut of the arena [*b, *e). */
 static void cut(const strata_trainer_t *t, size_t *b, size_t *e)
 {
@@ -38,32 +36,7 @@ strata_status_t st_trainer_pool_open(strata_trainer_t *t)
     if (c->tp > 1 || c->pp > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "train: --optimizer-in-pool runs data parallel "
                         "only (got --tp %d --pp %d)", c->tp, c->pp);
-    const char *list = st_knob_str("STRATA_POOL_NODES");
-    if (!list || !list[0])
-        return st_error(STRATA_ERR_INVALID_ARG, "train: --optimizer-in-pool needs pool nodes: set "
-                        "STRATA_POOL_NODES to the comma list of ADDR:PORT that each `strata pool "
-                        "serve` printed");
-    char buf[4096];
-    const char *nodes[MAX_NODES];
-    int n = 0;
-    if (strlen(list) >= sizeof buf)
-        return st_error(STRATA_ERR_INVALID_ARG, "train: STRATA_POOL_NODES is longer than %zu "
-                        "characters", sizeof buf - 1);
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *s = buf, *next; s; s = next) {
-        next = strchr(s, ',');
-        if (next)
-            *next++ = 0;
-        if (!s[0] || n == MAX_NODES)
-            return st_error(STRATA_ERR_INVALID_ARG, "train: STRATA_POOL_NODES '%s': %s", list,
-                            s[0] ? "more than 64 nodes" : "an empty entry (expected "
-                            "ADDR:PORT,ADDR:PORT,...)");
-        nodes[n++] = s;
-    }
-    const char *secret = st_knob_str("STRATA_POOL_SECRET");
-    if (!secret || !secret[0])
-        secret = st_knob_str("STRATA_SECRET");
-    strata_status_t rc = strata_pool_open(nodes, n, secret, -1, &t->pool);
+    strata_status_t rc = strata_pool_open_env(-1, &t->pool);
     if (rc == STRATA_OK)
         rc = strata_pool_optim_layout(t->pool, strata_model_nparams(t->model), &t->pool_layout);
     if (rc != STRATA_OK) {

@@ -29,8 +29,7 @@
 #include "strata/pool.h"
 
 struct st_pool_conn {
-    char **nodes;          /* "ADDR:PORT" of every node, from STRATA_POOL_NODES */
-    int n;
+    int n;                 /* nodes STRATA_POOL_NODES names */
     int world_size;
     strata_pool_t *client; /* opened on the first pool allreduce */
     char self[64];         /* "ADDR:PORT" where this rank's results arrive */
@@ -69,30 +68,13 @@ static void group_of(uint32_t ctx, char *out, size_t len)
 
 st_pool_conn_t *st_pool_conn_new(int world_size, uint32_t ctx)
 {
-    const char *spec = st_knob_str("STRATA_POOL_NODES");
-    if (!spec || !*spec)
-        return NULL;
-    st_pool_conn_t *c = calloc(1, sizeof *c);
+    int n = strata_pool_env_nodes();
+    st_pool_conn_t *c = n > 0 ? calloc(1, sizeof *c) : NULL;
     if (!c)
         return NULL;
+    c->n = n;
     c->world_size = world_size;
     group_of(ctx, c->group, sizeof c->group);
-    for (const char *p = spec; *p;) {
-        size_t len = strcspn(p, ",");
-        char **nodes = len ? realloc(c->nodes, (size_t)(c->n + 1) * sizeof *nodes) : c->nodes;
-        if (len && (!nodes || !(nodes[c->n] = strndup(p, len)))) {
-            c->nodes = nodes ? nodes : c->nodes;
-            st_pool_conn_free(c);
-            return NULL;
-        }
-        if (len)
-            c->nodes = nodes, c->n++;
-        p += len + (p[len] == ',');
-    }
-    if (c->n == 0) {
-        st_pool_conn_free(c);
-        return NULL;
-    }
     return c;
 }
 
@@ -101,9 +83,6 @@ void st_pool_conn_free(st_pool_conn_t *c)
     if (!c)
         return;
     strata_pool_close(c->client);
-    for (int i = 0; i < c->n; i++)
-        free(c->nodes[i]);
-    free(c->nodes);
     free(c);
 }
 
@@ -124,9 +103,7 @@ static strata_status_t conn_open(st_pool_conn_t *c)
     if (c->client)
         return STRATA_OK;
     strata_pool_t *p;
-    const char *secret = st_knob_str("STRATA_POOL_SECRET");
-    ST_TRY(strata_pool_open((const char *const *)c->nodes, c->n,
-                            *secret ? secret : st_knob_str("STRATA_SECRET"), -1, &p));
+    ST_TRY(strata_pool_open_env(-1, &p));
     size_t block = strata_pool_block_bytes(p);
     uint64_t per_node = strata_pool_capacity(p) / (uint64_t)c->n;
     uint64_t ranks_per_node = ((uint64_t)c->world_size + (uint64_t)c->n - 1) / (uint64_t)c->n;
