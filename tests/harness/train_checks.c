@@ -1,8 +1,25 @@
-/* Checks that several multi-rank trainer tests share (train_checks.h). */
+/* What several trainer tests share (train_checks.h). */
 #include <math.h>
+#include <stdio.h>
 
 #include "harness/st_test.h"
 #include "harness/train_checks.h"
+
+strata_train_config_t st_tiny_train_config(int batch, int steps, const char *data)
+{
+    strata_train_config_t c = strata_train_config_default();
+    c.model.n_layer = 2;
+    c.model.d_model = 32;
+    c.model.n_head = 2;
+    c.model.max_seq = 16;
+    c.seq = 16;
+    c.batch = batch;
+    c.steps = steps;
+    c.warmup = 2;
+    c.progress = false;
+    snprintf(c.data, sizeof c.data, "%s", data);
+    return c;
+}
 
 strata_status_t st_poison_rank1_step3(void *ctx, strata_trainer_t *t, float *loss)
 {

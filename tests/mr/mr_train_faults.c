@@ -39,21 +39,11 @@ typedef struct job {
 
 static strata_train_config_t job_cfg(const job_t *j)
 {
-    strata_train_config_t c = strata_train_config_default();
-    c.model.n_layer = 2;
-    c.model.d_model = 32;
-    c.model.n_head = 2;
-    c.model.max_seq = 16;
-    c.seq = 16;
-    c.batch = 6;
-    c.steps = j->steps;
-    c.warmup = 2;
-    c.progress = false;
+    strata_train_config_t c = st_tiny_train_config(6, j->steps, j->corpus);
     c.zero = j->stage;
     c.nonfinite = j->policy;
     c.ckpt_keep = 10;
     c.straggler_window = j->straggler_window;
-    snprintf(c.data, sizeof c.data, "%s", j->corpus);
     snprintf(c.ckpt_dir, sizeof c.ckpt_dir, "%s", j->dir);
     if (j->mem[0]) {
         c.steps = 8;

@@ -36,19 +36,9 @@ static char corpus[1024];
 /* STEPS steps of a 3-rank ZeRO-0 trainer, in the pool or not, into *out. */
 static int train(strata_comm_t *comm, int rank, bool pool, run_t *out)
 {
-    strata_train_config_t c = strata_train_config_default();
-    c.model.n_layer = 2;
-    c.model.d_model = 32;
-    c.model.n_head = 2;
-    c.model.max_seq = 16;
-    c.seq = 16;
-    c.batch = 6;
-    c.steps = STEPS;
-    c.warmup = 2;
-    c.progress = false;
+    strata_train_config_t c = st_tiny_train_config(6, STEPS, corpus);
     c.nonfinite = STRATA_NONFINITE_SKIP;
     c.optimizer_in_pool = pool;
-    snprintf(c.data, sizeof c.data, "%s", corpus);
     strata_trainer_t *t;
     ST_RANK_CHECK_OK(strata_trainer_create(&c, &t));
     strata_zero_config_t zc = strata_zero_config_default();

@@ -569,6 +569,18 @@ static void test_allreduce_multicast(void **state)
  * the origin (rewriting the origin in RESULT headers to itself) and drops the first copy of one
  * block. The origin already holds every block and waits only for the destination's DONE, so
  * nothing but the NACK repair can complete the receive. */
+/* A UDP socket on a free loopback port, its "ADDR:PORT" in addr: a stand-in for a pool client. */
+static int loopback_socket(char *addr, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    snprintf(addr, len, "127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
 typedef struct relay {
     int fd, receiver_port;
     struct sockaddr_in origin;
@@ -651,13 +663,8 @@ static void nack_repair(bool in_place)
     for (size_t i = 0; i < count; i++)
         ref[i] = (src[i] + blk[i]) + blk[i];
     relay_t r = {.receiver_port = strata_pool_port(dest)};
-    r.fd = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in any = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(r.fd, (struct sockaddr *)&any, sizeof any), 0);
-    socklen_t sl = sizeof any;
-    getsockname(r.fd, (struct sockaddr *)&any, &sl);
     char relay_addr[32];
-    snprintf(relay_addr, sizeof relay_addr, "127.0.0.1:%d", ntohs(any.sin_port));
+    r.fd = loopback_socket(relay_addr, sizeof relay_addr);
     pthread_t relay_tid, recv_tid;
     receiver_arg_t ra = {.t = t, .p = dest, .out = got, .count = count};
     assert_int_equal(pthread_create(&relay_tid, NULL, relay_main, &r), 0);
@@ -761,13 +768,8 @@ static void test_nack_ahead_of_window(void **state)
     float *src = malloc(count * 4), *out = malloc(count * 4);
     fill(src, count, 71);
     greedy_dest_t g = {.nblocks = nblocks};
-    g.fd = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(g.fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t al = sizeof a;
-    getsockname(g.fd, (struct sockaddr *)&a, &al);
     char dest[32];
-    snprintf(dest, sizeof dest, "127.0.0.1:%d", ntohs(a.sin_port));
+    g.fd = loopback_socket(dest, sizeof dest);
     const char *dests[1] = {dest};
     pthread_t tid;
     assert_int_equal(pthread_create(&tid, NULL, greedy_main, &g), 0);

@@ -7,6 +7,7 @@
  * leaving the state untouched, metrics always JSON); pruning (never the newest committed step,
  * leftovers of interrupted writes, temporaries of dead writers only). */
 #include "harness/st_test.h"
+#include "harness/train_checks.h"
 #include "strata/train.h"
 #include "train/ckpt_internal.h"
 
@@ -49,18 +50,7 @@ static bool has(const char *text, const char *part)
 
 static strata_train_config_t small_cfg(void)
 {
-    strata_train_config_t c = strata_train_config_default();
-    c.model.n_layer = 2;
-    c.model.d_model = 32;
-    c.model.n_head = 2;
-    c.model.max_seq = 16;
-    c.seq = 16;
-    c.batch = 4;
-    c.steps = 8;
-    c.warmup = 2;
-    c.progress = false;
-    snprintf(c.data, sizeof c.data, "%s", corpus);
-    return c;
+    return st_tiny_train_config(4, 8, corpus);
 }
 
 /* ---- test-side file surgery: an independent (bitwise) crc32 to re-seal an edited file ---------- */
