@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "strata/pool.h"
+#include "base/bf16.h"
 #include "base/sumsq.h"
 #include "pool/kernels.h"
 
@@ -12,28 +13,10 @@ void pk_add_f32(float *restrict dst, const float *restrict src, size_t n)
         dst[i] += src[i];
 }
 
-float pk_bf16_to_f32(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t pk_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
-    return (uint16_t)(u >> 16);
-}
-
 void pk_add_bf16(uint16_t *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = pk_f32_to_bf16(pk_bf16_to_f32(dst[i]) + pk_bf16_to_f32(src[i]));
+        dst[i] = st_f32_to_bf16(st_bf16_to_f32(dst[i]) + st_bf16_to_f32(src[i]));
 }
 
 void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes)
@@ -56,7 +39,7 @@ bool pk_is_zero(uint8_t dtype, const void *p, size_t bytes, float threshold)
         int over = 0;
         for (size_t i = 0; i < n; i++) {
             float x = dtype == STRATA_POOL_F32 ? ((const float *)p)[i]
-                                               : pk_bf16_to_f32(((const uint16_t *)p)[i]);
+                                               : st_bf16_to_f32(((const uint16_t *)p)[i]);
             over |= !(fabsf(x) <= threshold); // NaN is not zero
         }
         return !over;

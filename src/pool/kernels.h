@@ -12,9 +12,6 @@ void pk_add_f32(float *restrict dst, const float *restrict src, size_t n);
 void pk_add_bf16(uint16_t *restrict dst, const uint16_t *restrict src, size_t n);
 /* dst += src for bytes / element size elements of dtype (strata_pool_dtype_t). */
 void pk_add(uint8_t dtype, void *dst, const void *src, size_t bytes);
-/* bfloat16 <-> float32; the narrowing rounds to nearest even (NaN stays NaN). */
-float pk_bf16_to_f32(uint16_t b);
-uint16_t pk_f32_to_bf16(float f);
 /* The sum of squares of n float32 in double, in four fixed accumulators (vectorised, and the
  * same sum whichever build runs it). */
 double pk_sumsq_f32(const float *x, size_t n);

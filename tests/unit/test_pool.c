@@ -21,6 +21,7 @@
 
 #include "harness/st_test.h"
 
+#include "base/bf16.h"
 #include "pool/kernels.h"
 #include "pool/proto.h"
 
@@ -112,8 +113,8 @@ static uint16_t ref_bf16(float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-    double dl = fabs((double)f - (double)pk_bf16_to_f32(lo));
-    double dh = fabs((double)pk_bf16_to_f32(hi) - (double)f);
+    double dl = fabs((double)f - (double)st_bf16_to_f32(lo));
+    double dh = fabs((double)st_bf16_to_f32(hi) - (double)f);
     if ((u & 0xffff) == 0)
         return lo;
     if (dl < dh)
@@ -129,25 +130,25 @@ static void test_bf16_rounding(void **state)
 {
     (void)state;
     // 1 + 2^-8 lies halfway between bf16 1.0 and 1.0078125: ties go to the even one, 1.0.
-    assert_int_equal(pk_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    assert_int_equal(st_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
     // 1 + 3 * 2^-8 lies halfway between 1.0078125 (odd) and 1.015625 (even): up.
-    assert_int_equal(pk_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
-    assert_true(isnan(pk_bf16_to_f32(pk_f32_to_bf16(NAN))));
+    assert_int_equal(st_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+    assert_true(isnan(st_bf16_to_f32(st_f32_to_bf16(NAN))));
     srand(7);
     for (int i = 0; i < 100000; i++) {
         float f = (float)(rand() - RAND_MAX / 2) / (float)(rand() % 1000 + 1);
-        assert_int_equal(pk_f32_to_bf16(f), ref_bf16(f));
+        assert_int_equal(st_f32_to_bf16(f), ref_bf16(f));
     }
     uint16_t a[37], b[37];
     for (int i = 0; i < 37; i++) {
-        a[i] = pk_f32_to_bf16((float)i * 1.37f);
-        b[i] = pk_f32_to_bf16((float)i * -0.51f + 3);
+        a[i] = st_f32_to_bf16((float)i * 1.37f);
+        b[i] = st_f32_to_bf16((float)i * -0.51f + 3);
     }
     uint16_t c[37];
     memcpy(c, a, sizeof a);
     pk_add_bf16(c, b, 37);
     for (int i = 0; i < 37; i++)
-        assert_int_equal(c[i], ref_bf16(pk_bf16_to_f32(a[i]) + pk_bf16_to_f32(b[i])));
+        assert_int_equal(c[i], ref_bf16(st_bf16_to_f32(a[i]) + st_bf16_to_f32(b[i])));
 }
 
 static void test_zero_test(void **state)
@@ -259,9 +260,9 @@ static void test_read_write_add(void **state)
     // bfloat16 add.
     uint16_t *bb = malloc(n * 2), *bx = malloc(n * 2), *bref = malloc(n * 2), *bgot = malloc(n * 2);
     for (size_t i = 0; i < n; i++) {
-        bb[i] = pk_f32_to_bf16(base[i]);
-        bx[i] = pk_f32_to_bf16(x[i] / 3);
-        bref[i] = ref_bf16(pk_bf16_to_f32(bb[i]) + pk_bf16_to_f32(bx[i]));
+        bb[i] = st_f32_to_bf16(base[i]);
+        bx[i] = st_f32_to_bf16(x[i] / 3);
+        bref[i] = ref_bf16(st_bf16_to_f32(bb[i]) + st_bf16_to_f32(bx[i]));
     }
     assert_int_equal(strata_pool_write(p, 2, bb, n * 2), STRATA_OK);
     assert_int_equal(strata_pool_add(p, 2, bx, n, STRATA_POOL_BF16), STRATA_OK);
@@ -342,7 +343,7 @@ static void chain_check(node_thread_t *t, int hops, size_t count, strata_pool_dt
             if (dt == STRATA_POOL_F32)
                 ((float *)dst)[i] = f[i];
             else
-                ((uint16_t *)dst)[i] = pk_f32_to_bf16(f[i]);
+                ((uint16_t *)dst)[i] = st_f32_to_bf16(f[i]);
     }
     memcpy(ref, src, bytes);
     for (int h = 0; h < hops; h++) // serial sum, in chain order, with the reference rounding
@@ -350,8 +351,8 @@ static void chain_check(node_thread_t *t, int hops, size_t count, strata_pool_dt
             if (dt == STRATA_POOL_F32)
                 ((float *)ref)[i] += ((float *)blocks[h])[i];
             else
-                ((uint16_t *)ref)[i] = ref_bf16(pk_bf16_to_f32(((uint16_t *)ref)[i]) +
-                                                pk_bf16_to_f32(((uint16_t *)blocks[h])[i]));
+                ((uint16_t *)ref)[i] = ref_bf16(st_bf16_to_f32(((uint16_t *)ref)[i]) +
+                                                st_bf16_to_f32(((uint16_t *)blocks[h])[i]));
     strata_pool_hop_t route[MAXN];
     for (int h = 0; h < hops; h++) {
         strata_pool_t *one = open_pool(&t[h], 1, LONG_MS);

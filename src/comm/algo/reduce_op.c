@@ -23,6 +23,7 @@
  * validating dtype and op at the public API (an out-of-range dtype or op here does nothing). */
 #include <string.h>
 
+#include "base/bf16.h"
 #include "comm/algo/reduce_op.h"
 
 /* "No loop-carried dependences in the next loop": true for dst == a or dst == b exactly. Clang
@@ -104,21 +105,6 @@ static inline uint16_t f32_to_f16(float f)
     return (uint16_t)(r | sign);
 }
 
-static inline float bf16_to_f32(uint16_t b)
-{
-    return f32_from_bits((uint32_t)b << 16);
-}
-
-/* binary32 -> bfloat16, round to nearest even; NaN stays NaN (quiet bit set). Overflow rounds to
- * infinity through the carry, as the exponent fields have the same width. */
-static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u;
-    return (uint16_t)select_u32((u & 0x7fffffffu) > 0x7f800000u, nan, rounded);
-}
-
 float st_f16_to_f32(uint16_t h)
 {
     return f16_to_f32(h);
@@ -127,16 +113,6 @@ float st_f16_to_f32(uint16_t h)
 uint16_t st_f32_to_f16(float f)
 {
     return f32_to_f16(f);
-}
-
-float st_bf16_to_f32(uint16_t b)
-{
-    return bf16_to_f32(b);
-}
-
-uint16_t st_f32_to_bf16(float f)
-{
-    return f32_to_bf16(f);
 }
 
 /* ---- element operations ---------------------------------------------------------------------- */
@@ -231,10 +207,10 @@ DEFINE_HALF_PORTABLE(f16_sum_portable, f16_to_f32, f32_to_f16, f32_sum)
 DEFINE_HALF_PORTABLE(f16_prod_portable, f16_to_f32, f32_to_f16, f32_prod)
 DEFINE_HALF_PORTABLE(f16_min_portable, f16_to_f32, f32_to_f16, f32_min)
 DEFINE_HALF_PORTABLE(f16_max_portable, f16_to_f32, f32_to_f16, f32_max)
-DEFINE_HALF_PORTABLE(bf16_sum_portable, bf16_to_f32, f32_to_bf16, f32_sum)
-DEFINE_HALF_PORTABLE(bf16_prod_portable, bf16_to_f32, f32_to_bf16, f32_prod)
-DEFINE_HALF_PORTABLE(bf16_min_portable, bf16_to_f32, f32_to_bf16, f32_min)
-DEFINE_HALF_PORTABLE(bf16_max_portable, bf16_to_f32, f32_to_bf16, f32_max)
+DEFINE_HALF_PORTABLE(bf16_sum_portable, st_bf16_to_f32, st_f32_to_bf16, f32_sum)
+DEFINE_HALF_PORTABLE(bf16_prod_portable, st_bf16_to_f32, st_f32_to_bf16, f32_prod)
+DEFINE_HALF_PORTABLE(bf16_min_portable, st_bf16_to_f32, st_f32_to_bf16, f32_min)
+DEFINE_HALF_PORTABLE(bf16_max_portable, st_bf16_to_f32, st_f32_to_bf16, f32_max)
 
 /* x86-64 path: 8 elements at a time in AVX registers, converted with F16C (f16) or AVX2 integer
  * ops (bf16); about 10x (f16) and 2.5x (bf16) the portable path. Results are bit-identical to the
@@ -314,7 +290,7 @@ X86_AVX2 static inline __m256 bf16_load8(const uint16_t *p)
     __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-/* f32_to_bf16() on 8 lanes. */
+/* st_f32_to_bf16() on 8 lanes. */
 X86_AVX2 static inline void bf16_store8(uint16_t *p, __m256 v)
 {
     __m256i u = _mm256_castps_si256(v);
@@ -568,7 +544,7 @@ DEFINE_DIV(div_u8, uint8_t, unsigned)
     }
 
 DEFINE_HALF_DIV(div_f16, f16_to_f32, f32_to_f16, f16_div_x86, F16_X86_OK)
-DEFINE_HALF_DIV(div_bf16, bf16_to_f32, f32_to_bf16, bf16_div_x86, BF16_X86_OK)
+DEFINE_HALF_DIV(div_bf16, st_bf16_to_f32, st_f32_to_bf16, bf16_div_x86, BF16_X86_OK)
 
 void st_reduce_finish_avg(strata_dtype_t dtype, void *buf, size_t count, int n)
 {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/bf16.h" /* st_bf16_to_f32, st_f32_to_bf16 */
 #include "strata/comm.h"
 
 /* dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not partially). AVG combines
@@ -39,7 +40,5 @@ void st_dtype_store(strata_dtype_t dtype, void *buf, size_t i, double v);
 
 float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_f16(float f);
-float st_bf16_to_f32(uint16_t b);
-uint16_t st_f32_to_bf16(float f);
 
 #endif
