@@ -8,7 +8,7 @@ set -euo pipefail
 # munge); librsvg2-bin renders the pictures the tests look at; libucx-dev (and ucx-utils' ucx_info):
 # the UCX transport (optional in the build, tested when present); libssl-dev: libcrypto's HMAC for
 # the pool's handshake; iproute2 and nftables: the emulated cluster's namespaces, links and loss.
-pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev libssl-dev
+pkgs=(gcc cmake ninja-build pkg-config libcmocka-dev libjson-c-dev libhwloc-dev libopenblas-dev libdnnl-dev libssl-dev
       libpmix-dev libucx-dev ucx-utils clang libclang-rt-dev python3-torch openmpi-bin mpich slurm-wlm librsvg2-bin
       iproute2 nftables "$@")
 missing=()

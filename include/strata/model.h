@@ -30,6 +30,7 @@
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
 
+#include "strata/precision.h"
 #include "strata/status.h"
 
 #include <stdbool.h>
@@ -329,11 +330,30 @@ STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
 
 /* ---- BLAS -------------------------------------------------------------------------------------- */
 
-/* Sets the BLAS thread count (OpenBLAS); n <= 0 leaves the library default. */
+/* Sets the thread count of the matrix products (OpenBLAS's, and oneDNN's OpenMP threads for the
+ * calling thread); n <= 0 leaves the library default. */
 STRATA_API void strata_blas_set_threads(int n);
 
-/* GEMM peak of this CPU, measured (GFLOP/s of a square n x n sgemm at the current BLAS threads);
- * the trainer's MFU divides by it. Takes about half a second; 0 when out of memory. */
+/* The CPU's bfloat16 matrix units as oneDNN sees them at run time: "amx" (AMX-BF16 tiles),
+ * "avx512_bf16" (AVX512-BF16 dot products) or NULL (neither: bf16 products would be emulated,
+ * slower than float32, so BF16 is not used there). */
+STRATA_API const char *strata_blas_bf16_units(void);
+
+/* Sets the precision of every matrix product this process runs from now on (process-wide, like
+ * the thread count). STRATA_PREC_FP32: float32 throughout (OpenBLAS's sgemm). STRATA_PREC_BF16:
+ * both operands rounded to bfloat16 (nearest even), the products accumulated and returned in
+ * float32 (oneDNN's matmul on the CPU's AMX or AVX512-BF16 units); everything else (norms,
+ * softmax, GeLU, the loss, gradients, master weights, optimizer state) stays float32, as under
+ * torch's CPU autocast. *in_effect (may be NULL) gets the precision used: FP32 when BF16 is asked
+ * for on a CPU without bf16 units. Errors: STRATA_ERR_UNSUPPORTED for fp16 and fp8, which only
+ * the planner models. */
+STRATA_API strata_status_t strata_blas_set_precision(strata_precision_t want,
+                                                     strata_precision_t *in_effect);
+STRATA_API strata_precision_t strata_blas_precision(void);
+
+/* GEMM peak of this CPU, measured (GFLOP/s of a square n x n product at the current BLAS threads
+ * and precision); the trainer's MFU divides by it. Takes about half a second; 0 when out of
+ * memory. */
 STRATA_API double strata_measure_gemm_peak(int n);
 
 /* ---- optimizers --------------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 #ifndef STRATA_PLAN_H
 #define STRATA_PLAN_H
 
+#include "strata/precision.h"
 #include "strata/price.h"
 #include "strata/schedule.h"
 #include "strata/status.h"
@@ -98,16 +99,6 @@ STRATA_API void strata_model_write_json(const strata_model_t *m, FILE *f);
 /* ---- training ----------------------------------------------------------------------------------
  */
 
-typedef enum strata_precision {
-    STRATA_PREC_BF16 = 0, /* bf16 compute, fp32 master weights */
-    STRATA_PREC_FP16,     /* fp16 compute, fp32 master weights, loss scaling */
-    STRATA_PREC_FP32,     /* fp32 everything */
-    STRATA_PREC_FP8,      /* the linear layers' GEMMs in FP8 (transformer-engine style: inputs cast
-                             to e4m3/e5m2 with per-tensor scales, their saved inputs kept in FP8,
-                             an FP8 copy of the weights); attention, norms, communication and
-                             gradients in bf16, fp32 master weights. Needs peak_flops_8. */
-} strata_precision_t;
-
 typedef enum strata_optimizer {
     STRATA_OPT_ADAM = 0,
     STRATA_OPT_ADAMW,
@@ -134,10 +125,8 @@ typedef struct strata_training {
 } strata_training_t;
 
 STRATA_API strata_training_t strata_training_default(void);
-STRATA_API const char *strata_precision_name(strata_precision_t p);
 STRATA_API const char *strata_optimizer_name(strata_optimizer_t o);
 STRATA_API const char *strata_recompute_name(strata_recompute_t r);
-STRATA_API strata_status_t strata_precision_parse(const char *s, strata_precision_t *out);
 STRATA_API strata_status_t strata_optimizer_parse(const char *s, strata_optimizer_t *out);
 STRATA_API strata_status_t strata_recompute_parse(const char *s, strata_recompute_t *out);
 

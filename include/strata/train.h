@@ -279,6 +279,9 @@ typedef struct strata_train_config {
     int64_t warmup;
     float grad_clip;       /* max global norm; 0 = off */
     int threads;           /* BLAS threads; 0 = library default */
+    strata_precision_t precision; /* of the matrix products: STRATA_PREC_FP32 (default) or
+                                     STRATA_PREC_BF16 with fp32 master weights, gradients and
+                                     optimizer state (strata_blas_set_precision, docs/train.md) */
     char ckpt_dir[1024];   /* "" = no checkpoints */
     int64_t ckpt_every;    /* steps between checkpoints (0 = only at the end) */
     int ckpt_keep;         /* newest committed checkpoint steps kept (2) */

@@ -85,16 +85,11 @@ strata_parallel_t strata_parallel_default(void)
 /* ---- names -------------------------------------------------------------------------------------
  */
 
-static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8"};
 static const char *const opt_names[] = {"adam", "adamw", "lamb"};
 static const char *const rc_names[] = {"none", "selective", "full"};
 
 #define NAME_OR(arr, i) ((unsigned)(i) < sizeof arr / sizeof arr[0] ? arr[i] : "?")
 
-const char *strata_precision_name(strata_precision_t p)
-{
-    return NAME_OR(prec_names, p);
-}
 const char *strata_optimizer_name(strata_optimizer_t o)
 {
     return NAME_OR(opt_names, o);
@@ -121,14 +116,6 @@ static strata_status_t parse_enum(const char *s, const char *const *names, int n
         used += (size_t)w;
     }
     return st_error(STRATA_ERR_INVALID_ARG, "expected %s (one of: %s), got '%s'", what, list, s);
-}
-
-strata_status_t strata_precision_parse(const char *s, strata_precision_t *out)
-{
-    int v = 0;
-    ST_TRY(parse_enum(s, prec_names, 4, "precision", &v));
-    *out = (strata_precision_t)v;
-    return STRATA_OK;
 }
 
 strata_status_t strata_optimizer_parse(const char *s, strata_optimizer_t *out)

@@ -37,6 +37,7 @@ strata_train_config_t strata_train_config_default(void)
     c.schedule = STRATA_SCHED_1F1B;
     c.progress = true;
     c.progress_every = 5;
+    c.precision = STRATA_PREC_FP32;
     return c;
 }
 
@@ -52,7 +53,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
         "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every",
-        "optimizer_in_pool", NULL};
+        "optimizer_in_pool", "precision", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -137,6 +138,14 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     ST_TRY_GOTO(st_json_get_string(&doc, r, "harvest", 0, false, c->harvest, sizeof c->harvest), rc,
                 out);
     s[0] = 0;
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "precision", 0, false, s, sizeof s), rc, out);
+    if (s[0] && (strata_precision_parse(s, &c->precision) < 0 ||
+                 (c->precision != STRATA_PREC_FP32 && c->precision != STRATA_PREC_BF16))) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"precision\": expected fp32 or bf16, got '%s'",
+                      path, st_json_key_line(&doc, "precision", 0), s);
+        goto out;
+    }
+    s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "schedule", 0, false, s, sizeof s), rc, out);
     if (s[0] && strata_schedule_parse(s, &c->schedule) < 0) {
         rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"schedule\": %s", path,
@@ -199,7 +208,8 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
                      "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"tp\":%d,\"sp\":%s,\"order\":%s,"
                      "\"tp_overlap\":%s,\"pp\":%d,\"vp\":%d,\"schedule\":\"%s\","
-                     "\"micro_batch\":%d,\"pp_layers\":%s,\"optimizer_in_pool\":%s}",
+                     "\"micro_batch\":%d,\"pp_layers\":%s,\"optimizer_in_pool\":%s,"
+                     "\"precision\":\"%s\"}",
                      model, c->batch, c->seq, c->steps, c->seed,
                      c->optim.kind == STRATA_OPTIM_LAMB ? "lamb" : "adamw", (double)c->lr,
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
@@ -208,7 +218,7 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      c->qwz ? "true" : "false", c->qgz ? "true" : "false", c->tp,
                      c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false", c->pp,
                      c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl,
-                     c->optimizer_in_pool ? "true" : "false");
+                     c->optimizer_in_pool ? "true" : "false", strata_precision_name(c->precision));
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }
 

@@ -60,6 +60,7 @@ strata_status_t strata_trainer_create(const strata_train_config_t *cfg, strata_t
     st_trainer_new_run_id(t->run_id);
     strata_status_t rc;
     strata_blas_set_threads(cfg->threads);
+    ST_TRY_GOTO(strata_blas_set_precision(cfg->precision, &t->cfg.precision), rc, fail);
     ST_TRY_GOTO(strata_gpt_config_validate(&t->cfg.model), rc, fail);
     if (cfg->harvest[0] && cfg->pp < 2) {
         rc = st_error(STRATA_ERR_INVALID_ARG, "train: --harvest runs side work inside pipeline "

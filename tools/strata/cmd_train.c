@@ -22,6 +22,9 @@ static void usage(FILE *f)
             "  --batch N --seq N --steps N  global batch rows, sequence length, steps [8 64 100]\n"
             "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
             "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
+            "  --precision fp32|bf16  matrix products in bf16 (AMX / AVX512-BF16 through oneDNN)\n"
+            "                     with fp32 master weights and optimizer state; fp32 where the\n"
+            "                     CPU has no bf16 units [fp32]\n"
             "  --ckpt-dir DIR --ckpt-every N --keep N --resume   checkpoints (safetensors)\n"
             "  --mem-ckpt-every K  also a memory checkpoint every K steps (a restart resumes from\n"
             "                     it, losing at most K steps, when it is newer than the disk's)\n"
@@ -220,7 +223,8 @@ int cmd_train(int argc, char **argv)
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT, O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT,
+           O_PRECISION, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -241,6 +245,7 @@ int cmd_train(int argc, char **argv)
         {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
         {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
         {"harvest", 1, 0, O_HARVEST},   {"optimizer-in-pool", 0, 0, O_POOLOPT},
+        {"precision", 1, 0, O_PRECISION},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -322,6 +327,13 @@ int cmd_train(int argc, char **argv)
         case O_PPSVG: snprintf(cfg.pp_svg, sizeof cfg.pp_svg, "%s", optarg); break;
         case O_HARVEST: snprintf(cfg.harvest, sizeof cfg.harvest, "%s", optarg); break;
         case O_POOLOPT: cfg.optimizer_in_pool = true; break;
+        case O_PRECISION:
+            if (strata_precision_parse(optarg, &cfg.precision) < 0 ||
+                (cfg.precision != STRATA_PREC_FP32 && cfg.precision != STRATA_PREC_BF16)) {
+                fprintf(stderr, "strata train: --precision expects fp32 or bf16, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_PLAN:
             if (strata_train_config_apply_plan(optarg, &cfg, &plan_ranks) < 0)
                 return cmd_fail(NULL, "--plan: %s", strata_last_error());
@@ -431,8 +443,13 @@ int cmd_train(int argc, char **argv)
     strata_gpt_t *m = strata_trainer_model(t);
     if (rank == 0) {
         fprintf(stderr, "strata train: %zu parameters (L=%d C=%d heads=%d T=%d), batch %d, %lld "
-                "steps", strata_model_full_nparams(m), cfg.model.n_layer, cfg.model.d_model,
-                cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps);
+                "steps, %s", strata_model_full_nparams(m), cfg.model.n_layer, cfg.model.d_model,
+                cfg.model.n_head, cfg.seq, cfg.batch, (long long)cfg.steps,
+                strata_precision_name(strata_blas_precision()));
+        if (strata_blas_precision() == STRATA_PREC_BF16)
+            fprintf(stderr, " (%s)", strata_blas_bf16_units());
+        else if (cfg.precision == STRATA_PREC_BF16)
+            fprintf(stderr, " (bf16 asked for: this CPU has no bf16 units)");
         if (comm)
             fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s%s",
                     strata_comm_size(comm), cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,

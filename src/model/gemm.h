@@ -1,0 +1,22 @@
+/* The bfloat16 matrix products behind st_sgemm at STRATA_PRECISION_BF16 (gemm_bf16.c, oneDNN).
+ * Internal to the model part. */
+#ifndef ST_MODEL_GEMM_H
+#define ST_MODEL_GEMM_H
+
+#include <stdint.h>
+
+/* "amx", "avx512_bf16" or NULL: the CPU's bf16 units as oneDNN finds them (strata_blas_bf16_units). */
+const char *st_gemm_bf16_units(void);
+
+/* st_sgemm's contract (row-major C = alpha op(A) op(B) + beta C) with A and B rounded to bf16 and
+ * the products accumulated in float32. 0 on success; -1 when it cannot run (no bf16 units, out of
+ * memory, a oneDNN error), C then untouched: the caller computes it in float32 instead. M, N, K > 0. */
+int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The same on operands already in bf16 and packed: op(A)'s storage is M x K (K x M when ta) with no
+ * padding, likewise B's K x N (N x K when tb). For the peak measurement. */
+int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                        const uint16_t *B, float beta, float *C, int ldc);
+
+#endif

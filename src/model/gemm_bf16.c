@@ -1,0 +1,258 @@
+/* The model's bfloat16 matrix products (STRATA_PRECISION_BF16): both operands are rounded to bf16
+ * into per-thread scratch, then oneDNN's matmul multiplies them on the CPU's AMX or AVX512-BF16
+ * units with float32 accumulation and writes float32, with alpha as the output scale and beta as a
+ * sum post-op, so the contract is sgemm's. Why oneDNN: Debian's OpenBLAS declares cblas_sbgemm but
+ * is built without it, and oneDNN picks its kernel for the CPU it runs on (AMX tiles here).
+ *
+ * A oneDNN primitive is built for one shape, at tens of microseconds, so each thread keeps a
+ * small cache of them keyed by the call's shape (the model's shapes repeat every step: a few per
+ * layer kind plus attention's key blocks), with the memory objects whose data handles are swapped
+ * per call. The cache, its stream and the scratch are per thread (a pthread key frees them when
+ * the thread ends): primitives execute concurrently, but a memory object is not shared. */
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/bf16.h"
+#include "model/gemm.h"
+
+#define CACHE_SLOTS 256
+
+typedef struct prim_key {
+    int ta, tb, M, N, K, ldc;
+    float alpha, beta;
+} prim_key_t;
+
+typedef struct prim {
+    bool used;
+    uint64_t last; /* use tick, for least-recently-used eviction */
+    prim_key_t key;
+    dnnl_primitive_t p;
+    dnnl_memory_t a, b, c;
+} prim_t;
+
+typedef struct gemm_cache {
+    dnnl_stream_t stream;
+    uint64_t tick;
+    prim_t slot[CACHE_SLOTS];
+    uint16_t *a16, *b16; /* conversion scratch */
+    size_t a_cap, b_cap;
+} gemm_cache_t;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine;
+static const char *units;
+static pthread_key_t cache_key;
+
+static void prim_free(prim_t *s)
+{
+    if (!s->used)
+        return;
+    dnnl_primitive_destroy(s->p);
+    dnnl_memory_destroy(s->a);
+    dnnl_memory_destroy(s->b);
+    dnnl_memory_destroy(s->c);
+    s->used = false;
+}
+
+static void cache_free(void *arg)
+{
+    gemm_cache_t *g = arg;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        prim_free(&g->slot[i]);
+    if (g->stream)
+        dnnl_stream_destroy(g->stream);
+    free(g->a16);
+    free(g->b16);
+    free(g);
+}
+
+static void init_once(void)
+{
+    if (pthread_key_create(&cache_key, cache_free) != 0)
+        return;
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+        units = "amx";
+    else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+        units = "avx512_bf16";
+    if (units && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
+        units = NULL;
+}
+
+const char *st_gemm_bf16_units(void)
+{
+    pthread_once(&once, init_once);
+    return units;
+}
+
+static gemm_cache_t *cache(void)
+{
+    if (!st_gemm_bf16_units())
+        return NULL;
+    gemm_cache_t *g = pthread_getspecific(cache_key);
+    if (g)
+        return g;
+    g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    if (dnnl_stream_create(&g->stream, engine, dnnl_stream_default_flags) != dnnl_success ||
+        pthread_setspecific(cache_key, g) != 0) {
+        cache_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* A matrix of rows x cols with the given element type, row-major, or its transpose's storage. */
+static dnnl_status_t desc(dnnl_memory_desc_t *md, int rows, int cols, bool transposed, int ld,
+                          dnnl_data_type_t dt)
+{
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+}
+
+static dnnl_status_t build(prim_t *s, const prim_key_t *k)
+{
+    dnnl_memory_desc_t a, b, c;
+    dnnl_status_t e;
+    // The operands are converted into packed storage: op(A) is M x K with K (or M) as ld.
+    if ((e = desc(&a, k->M, k->K, k->ta, k->ta ? k->M : k->K, dnnl_bf16)) ||
+        (e = desc(&b, k->K, k->N, k->tb, k->tb ? k->K : k->N, dnnl_bf16)) ||
+        (e = desc(&c, k->M, k->N, false, k->ldc, dnnl_f32)))
+        return e;
+    dnnl_matmul_desc_t md;
+    if ((e = dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)))
+        return e;
+    dnnl_primitive_attr_t attr;
+    if ((e = dnnl_primitive_attr_create(&attr)))
+        return e;
+    dnnl_post_ops_t po = NULL;
+    if (k->alpha != 1.f)
+        e = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha);
+    if (!e && k->beta != 0.f && !(e = dnnl_post_ops_create(&po)) &&
+        !(e = dnnl_post_ops_append_sum(po, k->beta)))
+        e = dnnl_primitive_attr_set_post_ops(attr, po);
+    dnnl_primitive_desc_t pd = NULL;
+    if (!e)
+        e = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    if (e)
+        return e;
+    e = dnnl_primitive_create(&s->p, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (e)
+        return e;
+    s->a = s->b = s->c = NULL;
+    if ((e = dnnl_memory_create(&s->a, &a, engine, DNNL_MEMORY_NONE)) ||
+        (e = dnnl_memory_create(&s->b, &b, engine, DNNL_MEMORY_NONE)) ||
+        (e = dnnl_memory_create(&s->c, &c, engine, DNNL_MEMORY_NONE))) {
+        dnnl_primitive_destroy(s->p);
+        dnnl_memory_destroy(s->a);
+        dnnl_memory_destroy(s->b);
+        return e;
+    }
+    s->key = *k;
+    s->used = true;
+    return dnnl_success;
+}
+
+static prim_t *lookup(gemm_cache_t *g, const prim_key_t *k)
+{
+    prim_t *victim = &g->slot[0];
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        prim_t *s = &g->slot[i];
+        if (s->used && memcmp(&s->key, k, sizeof *k) == 0) {
+            s->last = ++g->tick;
+            return s;
+        }
+        if (!s->used || (victim->used && s->last < victim->last))
+            victim = s;
+    }
+    prim_free(victim);
+    if (build(victim, k) != dnnl_success)
+        return NULL;
+    victim->last = ++g->tick;
+    return victim;
+}
+
+static bool reserve(uint16_t **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    uint16_t *b = realloc(*buf, n * sizeof *b);
+    if (!b)
+        return false;
+    *buf = b;
+    *cap = n;
+    return true;
+}
+
+/* Packs the rows x cols matrix x (leading dimension ld) into dst as bf16, 32 floats per
+ * AVX512-BF16 conversion (every CPU with bf16 units has it; the scalar loop finishes each row). The
+ * instruction rounds to nearest even like st_f32_to_bf16 but flushes subnormal inputs to zero,
+ * which no product of the model can tell apart. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("avx512f,avx512bf16"))) static void
+pack_bf16(uint16_t *restrict dst, const float *restrict x, int rows, int cols, int ld)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *s = x + (size_t)r * ld;
+        uint16_t *d = dst + (size_t)r * cols;
+        int c = 0;
+        for (; c + 32 <= cols; c += 32) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+            _mm512_storeu_si512((void *)(d + c), (__m512i)v);
+        }
+        for (; c < cols; c++)
+            d[c] = st_f32_to_bf16(s[c]);
+    }
+}
+#else
+static void pack_bf16(uint16_t *restrict dst, const float *restrict x, int rows, int cols, int ld)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)r * cols + c] = st_f32_to_bf16(x[(size_t)r * ld + c]);
+}
+#endif
+
+int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                        const uint16_t *B, float beta, float *C, int ldc)
+{
+    gemm_cache_t *g = cache();
+    if (!g)
+        return -1;
+    prim_key_t k = {ta, tb, M, N, K, ldc, alpha, beta};
+    prim_t *s = lookup(g, &k);
+    if (!s || dnnl_memory_set_data_handle(s->a, (void *)A) ||
+        dnnl_memory_set_data_handle(s->b, (void *)B) || dnnl_memory_set_data_handle(s->c, C))
+        return -1;
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, s->a}, {DNNL_ARG_WEIGHTS, s->b}, {DNNL_ARG_DST, s->c}};
+    if (dnnl_primitive_execute(s->p, g->stream, 3, args) || dnnl_stream_wait(g->stream))
+        return -1;
+    return 0;
+}
+
+int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_cache_t *g = cache();
+    if (!g)
+        return -1;
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    if (!reserve(&g->a16, &g->a_cap, na) || !reserve(&g->b16, &g->b_cap, nb))
+        return -1;
+    // Stored as is: A is M x K, or K x M when transposed (likewise B).
+    pack_bf16(g->a16, A, ta ? K : M, ta ? M : K, lda);
+    pack_bf16(g->b16, B, tb ? N : K, tb ? K : N, ldb);
+    return st_gemm_bf16_packed(ta, tb, M, N, K, alpha, g->a16, g->b16, beta, C, ldc);
+}

@@ -1,0 +1,159 @@
+/* The model's matrix products at STRATA_PREC_BF16 against a double-precision reference on the
+ * bf16-rounded operands, for every transpose, alpha and beta, strided operands and output, and the
+ * odd shapes attention's blocks produce; the run-time choice of units (forced down with oneDNN's
+ * ONEDNN_MAX_CPU_ISA by a second ctest entry, see test_gemm_bf16.cmake); and the precision
+ * switch's contract. */
+#include "harness/st_test.h"
+#include "base/bf16.h"
+#include "model/layers.h"
+#include "strata/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 7;
+static float frand(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* Whether this run should find bf16 units: not when the ctest entry capped oneDNN below them. */
+static bool expect_units(void)
+{
+    const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+    return !(cap && !strcmp(cap, "AVX512_CORE")) && strata_blas_bf16_units() != NULL;
+}
+
+static double round_bf16(float x)
+{
+    return st_bf16_to_f32(st_f32_to_bf16(x));
+}
+
+/* C = alpha op(A) op(B) + beta C0 through st_sgemm at the current precision, checked against the
+ * reference in double on operands rounded as `bf16` says. */
+static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad, bool bf16)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
+    float *C0 = malloc(nc * sizeof *C0);
+    for (size_t i = 0; i < na; i++)
+        A[i] = frand();
+    for (size_t i = 0; i < nb; i++)
+        B[i] = frand();
+    for (size_t i = 0; i < nc; i++)
+        C[i] = C0[i] = frand();
+    st_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                double p = bf16 ? round_bf16(a) * round_bf16(b) : (double)a * b;
+                ref += p;
+                mag += fabs(p);
+            }
+            ref = alpha * ref + beta * C0[(size_t)i * ldc + j];
+            // float32 accumulation of K terms: a few ulps of the magnitude summed
+            double err = fabs(C[(size_t)i * ldc + j] - ref) / (fabs(alpha) * mag + fabs(beta) + 1e-30);
+            worst = err > worst ? err : worst;
+        }
+    // The padding of C is not written.
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++)
+            assert_true(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
+    if (worst > 1e-5)
+        fail_msg("ta %d tb %d M %d N %d K %d alpha %g beta %g: relative error %g", ta, tb, M, N, K,
+                 alpha, beta, worst);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+static void test_products(void **state)
+{
+    (void)state;
+    strata_precision_t in_effect;
+    assert_int_equal(strata_blas_set_precision(STRATA_PREC_BF16, &in_effect), STRATA_OK);
+    bool bf16 = expect_units();
+    assert_int_equal(in_effect, bf16 ? STRATA_PREC_BF16 : STRATA_PREC_FP32);
+    assert_int_equal(strata_blas_precision(), in_effect);
+    static const int shapes[][3] = {{1, 1, 1}, {64, 96, 32}, {37, 130, 65}, {128, 17, 300}};
+    for (int s = 0; s < 4; s++)
+        for (int t = 0; t < 4; t++) {
+            const int *d = shapes[s];
+            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.f, 0, bf16);
+            check(t & 1, t >> 1, d[0], d[1], d[2], 0.125f, 1.f, 3, bf16); // attention's scale
+            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.5f, 1, bf16);
+        }
+    // The same shapes again come from the cache of built products; still right.
+    check(0, 1, 64, 96, 32, 1.f, 0.f, 0, bf16);
+    assert_int_equal(strata_blas_set_precision(STRATA_PREC_FP32, &in_effect), STRATA_OK);
+    assert_int_equal(in_effect, STRATA_PREC_FP32);
+    check(1, 0, 37, 130, 65, 1.f, 1.f, 2, false);
+}
+
+/* bf16 really is in use: the product of values that bf16 cannot hold differs from float32's by
+ * the rounding, and is exactly the product of the rounded values. */
+static void test_rounding_visible(void **state)
+{
+    (void)state;
+    strata_precision_t in_effect;
+    assert_int_equal(strata_blas_set_precision(STRATA_PREC_BF16, &in_effect), STRATA_OK);
+    float a = 1.f + 0x1p-12f, b = 3.f, c = 0;
+    st_sgemm(0, 0, 1, 1, 1, 1.f, &a, 1, &b, 1, 0.f, &c, 1);
+    if (expect_units())
+        assert_true(c == 3.f); // 1 + 2^-12 rounds to 1 in bf16
+    else
+        assert_true(c == a * b);
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+}
+
+static void test_precision_names(void **state)
+{
+    (void)state;
+    strata_precision_t p;
+    assert_int_equal(strata_precision_parse("bf16", &p), STRATA_OK);
+    assert_int_equal(p, STRATA_PREC_BF16);
+    assert_int_equal(strata_precision_parse("fp32", &p), STRATA_OK);
+    assert_string_equal(strata_precision_name(p), "fp32");
+    assert_int_equal(strata_precision_parse("half", &p), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "fp32"));
+    // fp16 and fp8 are the planner's: the CPU engine says so rather than computing something else.
+    assert_int_equal(strata_blas_set_precision(STRATA_PREC_FP16, NULL), STRATA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(strata_last_error(), "fp16"));
+    assert_int_equal(strata_blas_precision(), STRATA_PREC_FP32);
+}
+
+/* The measured peak at each precision: positive, and bf16's above fp32's where the units exist. */
+static void test_peak(void **state)
+{
+    (void)state;
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    double fp32 = strata_measure_gemm_peak(256);
+    strata_precision_t in_effect;
+    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
+    double bf16 = strata_measure_gemm_peak(256);
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    assert_true(fp32 > 0 && bf16 > 0);
+    print_message("peak at n = 256: fp32 %.0f GFLOP/s, %s %.0f GFLOP/s\n", fp32,
+                  strata_precision_name(in_effect), bf16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_products),
+        cmocka_unit_test(test_rounding_visible),
+        cmocka_unit_test(test_precision_names),
+        cmocka_unit_test(test_peak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
