@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/train_vs_torch.sh: the same GPT (bench/torch_gpt.py), batch, optimizer
-(AdamW, fp32) and thread count as `strata train`, on the same corpus. Prints tokens/s averaged over
-the timed steps (after warm-up). Run with Debian's python3-torch (/usr/bin/python3)."""
+(AdamW, fp32 master weights) and thread count as `strata train`, on the same corpus, in the same
+precision: --precision bf16 runs the forward under torch's CPU autocast to bfloat16 (its matrix
+products in bf16 through oneDNN, the rest and the weights in fp32), as `strata train --precision
+bf16` does. Prints tokens/s averaged over the timed steps (after warm-up). Run with Debian's
+python3-torch (/usr/bin/python3)."""
 import argparse
 import os
 import sys
@@ -21,6 +24,7 @@ ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--warmup-steps", type=int, default=3)
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--data", default="data/corpus/strata_tales.txt")
+ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
 a = ap.parse_args()
 
 torch.set_num_threads(a.threads)
@@ -39,7 +43,8 @@ for step in range(a.steps):
     ix = torch.randint(0, len(data) - a.seq - 1, (a.batch,), generator=g)
     x = torch.stack([data[i:i + a.seq] for i in ix])
     y = torch.stack([data[i + 1:i + 1 + a.seq] for i in ix])
-    _, loss = model(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        _, loss = model(x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
