@@ -175,6 +175,42 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     }
 }
 
+/* The fused forms: the bias add rides the GeLU's pass instead of a pass of its own (forward: the
+ * bias rows copied into the product's output before the GEMM, which then reads them back; backward:
+ * the column sums read dinp again). */
+ST_VEC_CLONES
+void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC)
+{
+    for (int n = 0; n < N; n++) {
+        float *p = pre + (size_t)n * OC, *o = out + (size_t)n * OC;
+        for (int j = 0; j < OC; j++) {
+            float x = p[j] + bias[j];
+            float u = GELU_K * (x + 0.044715f * x * x * x);
+            p[j] = x;
+            o[j] = 0.5f * x * (1.f + tanh_vec(u));
+        }
+    }
+}
+
+ST_VEC_CLONES
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+                           int OC)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x_ = inp + (size_t)n * OC, *d = dout + (size_t)n * OC;
+        float *di = dinp + (size_t)n * OC;
+        for (int j = 0; j < OC; j++) {
+            float x = x_[j];
+            float u = GELU_K * (x + 0.044715f * x * x * x);
+            float th = tanh_vec(u);
+            float sech2 = 1.f - th * th;
+            float g = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
+            di[j] = g * d[j];
+            dbias[j] += di[j];
+        }
+    }
+}
+
 ST_VEC_CLONES
 void st_add_inplace(float *out, const float *inp, size_t n)
 {

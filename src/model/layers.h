@@ -49,6 +49,14 @@ void st_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp[n] = gelu'(inp[n]) * dout[n] (written, not accumulated). */
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
+/* Fused bias + GeLU: pre[N,OC] += bias (pre holds the product without its bias; it becomes the
+ * pre-activation backward needs), out = gelu(pre). */
+void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC);
+/* Its backward: dinp[N,OC] = gelu'(inp) * dout (written; may alias dout), dbias[OC] += column sums
+ * of dinp. */
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+                           int OC);
+
 /* out[n] += inp[n]. */
 void st_add_inplace(float *out, const float *inp, size_t n);
 

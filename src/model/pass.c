@@ -92,9 +92,9 @@ static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const flo
     ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, p + o->projb, x, N, Cl, C));
     st_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p + o->ln2w, p + o->ln2b, R,
                          C, c->ln_eps);
-    ST_TRY(st_tp_column_forward(m, a->fch, a->ln2, p + o->fcw, p + o->fcb, N, C, Fl));
+    ST_TRY(st_tp_column_forward(m, a->fch, a->ln2, p + o->fcw, NULL, N, C, Fl));
     st_model_progress(m);
-    st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
+    st_bias_gelu_forward(a->fch, a->fch_gelu, p + o->fcb, N, Fl);
     return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, p + o->fc2b, a->res1, N, Fl, C);
 }
 
@@ -236,10 +236,10 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     ST_TRY(st_tp_row_backward(m, m->dfch, split ? NULL : g + o->fc2w, g + o->fc2b, m->dres,
                               a->fch_gelu, p + o->fc2w, N, Fl, C, a->dfc2));
     st_model_progress(m);
-    st_gelu_backward(m->dfch, a->fch, m->dfch, (size_t)N * Fl);
+    st_gelu_bias_backward(m->dfch, g + o->fcb, a->fch, m->dfch, N, Fl);
     if (split)
         memcpy(a->dfc, m->dfch, (size_t)N * Fl * sizeof(float));
-    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->fcw, g + o->fcb, m->dfch,
+    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->fcw, NULL, m->dfch,
                                  a->ln2, p + o->fcw, N, C, Fl));
     st_model_progress(m);
     st_layernorm_backward(m->dres, g + o->ln2w, g + o->ln2b, m->dbuf, a->res1, p + o->ln2w,
@@ -266,7 +266,7 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
     const block_layout_t *o = &m->bl;
     int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
     st_matmul_backward_weight(g + o->fc2w, NULL, a->dfc2, a->fch_gelu, N, Fl, C);
-    ST_TRY(st_tp_column_weight(m, g + o->fcw, g + o->fcb, a->dfc, a->ln2, N, C, Fl));
+    ST_TRY(st_tp_column_weight(m, g + o->fcw, NULL, a->dfc, a->ln2, N, C, Fl));
     st_model_progress(m);
     st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
     return st_tp_column_weight(m, g + o->qkvw, g + o->qkvb, a->dqkv, a->ln1, N, C, 3 * Cl);

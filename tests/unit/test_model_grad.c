@@ -124,6 +124,49 @@ static void test_gelu(void **state)
     free(g.inp), free(out), free(R), free(d);
 }
 
+/* The fused bias + GeLU: by finite differences in the input and the bias, and bit for bit the
+ * unfused pair (bias add, then GeLU; GeLU backward, then the bias's column sums). */
+typedef struct { float *pre, *bias, *tmp; int N, OC; } bg_t;
+static void bg_fwd(void *c, float *out)
+{
+    bg_t *g = c;
+    memcpy(g->tmp, g->pre, (size_t)g->N * g->OC * sizeof(float));
+    st_bias_gelu_forward(g->tmp, out, g->bias, g->N, g->OC);
+}
+static void test_bias_gelu(void **state)
+{
+    (void)state;
+    int N = 5, OC = 24;
+    size_t n = (size_t)N * OC;
+    bg_t g = {rnd(n, 3), rnd(OC, 1), zeros(n), N, OC};
+    float *out = zeros(n), *R = rnd(n, 1), *d = zeros(n), *db = zeros(OC);
+    bg_fwd(&g, out);
+    // g.tmp now holds pre + bias: the pre-activation backward reads
+    st_gelu_bias_backward(d, db, g.tmp, R, N, OC);
+    fd_check("bias_gelu.dpre", bg_fwd, &g, g.pre, n, d, out, R, n);
+    fd_check("bias_gelu.dbias", bg_fwd, &g, g.bias, OC, db, out, R, n);
+    // The unfused pair.
+    float *x = zeros(n), *y = zeros(n), *d2 = zeros(n), *db2 = zeros(OC);
+    for (int r = 0; r < N; r++)
+        for (int j = 0; j < OC; j++)
+            x[(size_t)r * OC + j] = g.pre[(size_t)r * OC + j] + g.bias[j];
+    st_gelu_forward(y, x, n);
+    bg_fwd(&g, out);
+    assert_memory_equal(g.tmp, x, n * sizeof(float));
+    assert_memory_equal(out, y, n * sizeof(float));
+    st_gelu_backward(d2, x, R, n);
+    st_bias_backward(db2, d2, N, OC);
+    assert_memory_equal(d, d2, n * sizeof(float));
+    assert_memory_equal(db, db2, OC * sizeof(float));
+    // dinp may alias dout, as the model calls it.
+    memcpy(d2, R, n * sizeof(float));
+    memset(db2, 0, OC * sizeof(float));
+    st_gelu_bias_backward(d2, db2, x, d2, N, OC);
+    assert_memory_equal(d, d2, n * sizeof(float));
+    free(g.pre), free(g.bias), free(g.tmp), free(out), free(R), free(d), free(db);
+    free(x), free(y), free(d2), free(db2);
+}
+
 /* ---- attention ---- */
 typedef struct { float *qkv, *att; int B, T, C, NH; } at_t;
 static void at_fwd(void *c, float *out)
@@ -393,7 +436,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_gelu),      cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_optim_pieces),
         cmocka_unit_test(test_schedule_clip),
