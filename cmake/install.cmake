@@ -17,7 +17,7 @@ foreach(part ${STRATA_PARTS})
 endforeach()
 # The external libraries every part links (strata_part's LIBS), once each.
 set(strata_deps Threads::Threads m PkgConfig::JSONC PkgConfig::HWLOC PkgConfig::OPENBLAS PkgConfig::PMIX
-    PkgConfig::LIBCRYPTO
+    PkgConfig::LIBCRYPTO DNNL::dnnl OpenMP::OpenMP_C
     ${CMAKE_DL_LIBS})
 # ... and the modules strataConfig.cmake looks up for them.
 set(STRATA_CONFIG_DEPS "JSONC:json-c HWLOC:hwloc OPENBLAS:openblas PMIX:pmix LIBCRYPTO:libcrypto")
@@ -63,7 +63,8 @@ set(STRATA_PC_REQUIRES "json-c hwloc openblas pmix libcrypto")
 if(STRATA_HAVE_UCX)
   string(APPEND STRATA_PC_REQUIRES " ucx")
 endif()
-set(STRATA_PC_LIBS "-lpthread -lm")
+# oneDNN ships a CMake package but no pkg-config module: named by flag, with its OpenMP runtime.
+set(STRATA_PC_LIBS "-ldnnl -lgomp -lpthread -lm")
 foreach(l ${CMAKE_DL_LIBS})
   string(APPEND STRATA_PC_LIBS " -l${l}")
 endforeach()
