@@ -6,7 +6,9 @@
 #   - bf16 really computes in bf16 where the CPU has bf16 units (the banner names them): its curve
 #     is not fp32's bit for bit; where the CPU has none (forced with oneDNN's ONEDNN_MAX_CPU_ISA,
 #     and on such machines anyway), the banner says so and the run is fp32's exactly;
-#   - bad precisions are refused by name, on the command line and in a config file (file:line).
+#   - bad precisions are refused by name, on the command line and in a config file (file:line);
+#   - strata train runs with OMP_WAIT_POLICY=PASSIVE (oneDNN's libgomp threads must not spin on the
+#     cores the step needs), unless the user set a policy, which is kept.
 # Usage: train_precision.sh path/to/strata
 set -euo pipefail
 S=$(realpath "$1")
@@ -52,4 +54,25 @@ expect_error "--precision fp16 refused" "expects fp32 or bf16, got 'fp16'" \
 printf '{\n  "steps": 2,\n  "precision": "fp8"\n}\n' >"$W/bad.json"
 expect_error "config precision fp8 refused (file:line)" "bad.json:3: \"precision\": expected fp32 or bf16" \
     "$S" train "${A[@]}" --config "$W/bad.json"
+
+# wait_policy ENV...: the OMP_WAIT_POLICY in the environment of a running `strata train` started by
+# `env ENV...` (read once it trains, after its re-exec), or "none".
+wait_policy() {
+    env "$@" "$S" train "${A[@]}" --steps 100000 --metrics "$W/long.jsonl" 2>/dev/null &
+    local pid=$! v=none
+    for _ in $(seq 100); do
+        if [ -s "$W/long.jsonl" ]; then
+            v=$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^OMP_WAIT_POLICY=//p')
+            break
+        fi
+        sleep 0.05
+    done
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    rm -f "$W/long.jsonl"
+    echo "${v:-none}"
+}
+v=$(wait_policy -u OMP_WAIT_POLICY)
+[ "$v" = PASSIVE ] && echo "OMP_WAIT_POLICY=PASSIVE by default: ok" || { echo "default wait policy $v: FAIL"; fail=1; }
+v=$(wait_policy OMP_WAIT_POLICY=ACTIVE)
+[ "$v" = ACTIVE ] && echo "a user's OMP_WAIT_POLICY kept: ok" || { echo "user's policy became $v: FAIL"; fail=1; }
 exit $fail

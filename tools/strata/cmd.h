@@ -14,6 +14,11 @@ typedef struct strata_cmd {
     int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
 } strata_cmd_t;
 
+/* Runs this command again, in the same process (execv keeps the pid), with name=value added to
+ * the environment, for a setting a library reads only when it loads; returns without doing
+ * anything when name is already set (by the user, or by the first run) or when the exec fails. */
+void cmd_reexec_with_env(const char *name, const char *value);
+
 int cmd_env(int argc, char **argv);
 int cmd_algos(int argc, char **argv);
 int cmd_launch(int argc, char **argv);

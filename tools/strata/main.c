@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "strata/cmd.h"
 #include "strata/comm.h"
@@ -30,6 +31,16 @@ static const strata_cmd_t commands[] = {
     {"algos", "list the collective algorithms", cmd_algos},
     {"env", "list every STRATA_* setting with its default, value and meaning", cmd_env},
 };
+
+static char **main_argv;
+
+void cmd_reexec_with_env(const char *name, const char *value)
+{
+    if (getenv(name) || !main_argv || setenv(name, value, 1) != 0)
+        return;
+    execv("/proc/self/exe", main_argv);
+    unsetenv(name); // exec failed: go on as we are
+}
 
 bool cmd_parse_int(const char *s, long long lo, long long hi, long long *out)
 {
@@ -98,6 +109,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    main_argv = argv;
     if (argc < 2) {
         usage(stderr);
         return 2;
