@@ -14,6 +14,7 @@
 #include "base/bf16.h"
 #include "model/gemm.h"
 #include "model/layers.h"
+#include "model/parallel_range.h"
 #include "strata/model.h"
 
 static _Atomic int precision = STRATA_PREC_FP32;
@@ -56,7 +57,8 @@ void strata_blas_set_threads(int n)
 {
     if (n > 0) {
         openblas_set_num_threads(n);
-        omp_set_num_threads(n);
+        if (st_omp_guard())
+            omp_set_num_threads(n);
     }
 }
 

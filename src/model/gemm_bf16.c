@@ -18,6 +18,7 @@
 #include "base/base.h"
 #include "base/bf16.h"
 #include "model/gemm.h"
+#include "model/parallel_range.h"
 
 #define CACHE_SLOTS 256
 
@@ -93,6 +94,7 @@ static gemm_cache_t *cache(void)
 {
     if (!st_gemm_bf16_units())
         return NULL;
+    st_omp_guard(); // oneDNN's threads are OpenMP's
     gemm_cache_t *g = pthread_getspecific(cache_key);
     if (g)
         return g;
@@ -201,9 +203,9 @@ static bool reserve(uint16_t **buf, size_t *cap, size_t n)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 __attribute__((target("avx512f,avx512bf16"))) static void
-pack_bf16(uint16_t *restrict dst, const float *restrict x, int rows, int cols, int ld)
+pack_rows(uint16_t *restrict dst, const float *restrict x, size_t r0, size_t r1, int cols, int ld)
 {
-    for (int r = 0; r < rows; r++) {
+    for (size_t r = r0; r < r1; r++) {
         const float *s = x + (size_t)r * ld;
         uint16_t *d = dst + (size_t)r * cols;
         int c = 0;
@@ -216,13 +218,34 @@ pack_bf16(uint16_t *restrict dst, const float *restrict x, int rows, int cols, i
     }
 }
 #else
-static void pack_bf16(uint16_t *restrict dst, const float *restrict x, int rows, int cols, int ld)
+static void pack_rows(uint16_t *restrict dst, const float *restrict x, size_t r0, size_t r1,
+                      int cols, int ld)
 {
-    for (int r = 0; r < rows; r++)
+    for (size_t r = r0; r < r1; r++)
         for (int c = 0; c < cols; c++)
-            dst[(size_t)r * cols + c] = st_f32_to_bf16(x[(size_t)r * ld + c]);
+            dst[r * cols + c] = st_f32_to_bf16(x[r * ld + c]);
 }
 #endif
+
+typedef struct pack_job {
+    uint16_t *dst;
+    const float *x;
+    int cols, ld;
+} pack_job_t;
+
+static void pack_piece(void *ctx, size_t r0, size_t r1)
+{
+    const pack_job_t *j = ctx;
+    pack_rows(j->dst, j->x, r0, r1, j->cols, j->ld);
+}
+
+/* The rows spread over the threads: a conversion is a pass over memory, as long as a product's
+ * own passes at these sizes. */
+static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld)
+{
+    pack_job_t j = {dst, x, cols, ld};
+    st_parallel_range((size_t)rows, (size_t)(16384 / cols + 1), pack_piece, &j);
+}
 
 int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
                         const uint16_t *B, float beta, float *C, int ldc)

@@ -5,7 +5,12 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "model/parallel_range.h"
 #include "model/vecmath.h"
+
+/* Rows per thread at the least for a row-wise loop over rows of `width` floats: about 16K
+ * elements, below which starting the threads costs more than it saves. */
+#define ROW_GRAIN(width) ((size_t)(16384 / (width) + 1))
 
 void st_encoder_forward(float *out, const int32_t *tok, const float *wte, int v0, int v1,
                         const float *wpe, int B, int T, int C)
@@ -41,24 +46,39 @@ void st_encoder_backward(float *dwte, int v0, int v1, float *dwpe, const float *
         }
 }
 
+typedef struct ln_job {
+    float *out, *mean, *rstd;
+    const float *inp, *w, *b;
+    int C;
+    float eps;
+} ln_job_t;
+
 ST_VEC_CLONES
-void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                          const float *b, int N, int C, float eps)
+static void layernorm_rows(void *ctx, size_t n0, size_t n1)
 {
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
+    const ln_job_t *j = ctx;
+    int C = j->C;
+    for (size_t n = n0; n < n1; n++) {
+        const float *x = j->inp + n * C;
+        float *o = j->out + n * C;
         float m = st_sum(x, C) / (float)C;
         // The centred row goes through the output buffer, so the variance is a plain dot product.
         for (int i = 0; i < C; i++)
             o[i] = x[i] - m;
         float v = st_dot(o, o, C) / (float)C;
-        float s = 1.f / sqrtf(v + eps);
+        float s = 1.f / sqrtf(v + j->eps);
         for (int i = 0; i < C; i++)
-            o[i] = o[i] * s * w[i] + b[i];
-        mean[n] = m;
-        rstd[n] = s;
+            o[i] = o[i] * s * j->w[i] + j->b[i];
+        j->mean[n] = m;
+        j->rstd[n] = s;
     }
+}
+
+void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C, float eps)
+{
+    ln_job_t j = {out, mean, rstd, inp, w, b, C, eps};
+    st_parallel_range((size_t)N, ROW_GRAIN(C), layernorm_rows, &j);
 }
 
 ST_VEC_CLONES
@@ -178,13 +198,21 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 /* The fused forms: the bias add rides the GeLU's pass instead of a pass of its own (forward: the
  * bias rows copied into the product's output before the GEMM, which then reads them back; backward:
  * the column sums read dinp again). */
+typedef struct gelu_job {
+    float *pre, *out, *dbias;
+    const float *bias, *inp, *dout;
+    int N, OC;
+} gelu_job_t;
+
 ST_VEC_CLONES
-void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC)
+static void bias_gelu_rows(void *ctx, size_t n0, size_t n1)
 {
-    for (int n = 0; n < N; n++) {
-        float *p = pre + (size_t)n * OC, *o = out + (size_t)n * OC;
+    const gelu_job_t *g = ctx;
+    int OC = g->OC;
+    for (size_t n = n0; n < n1; n++) {
+        float *p = g->pre + n * OC, *o = g->out + n * OC;
         for (int j = 0; j < OC; j++) {
-            float x = p[j] + bias[j];
+            float x = p[j] + g->bias[j];
             float u = GELU_K * (x + 0.044715f * x * x * x);
             p[j] = x;
             o[j] = 0.5f * x * (1.f + tanh_vec(u));
@@ -192,23 +220,37 @@ void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int 
     }
 }
 
-ST_VEC_CLONES
-void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
-                           int OC)
+void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC)
 {
-    for (int n = 0; n < N; n++) {
-        const float *x_ = inp + (size_t)n * OC, *d = dout + (size_t)n * OC;
-        float *di = dinp + (size_t)n * OC;
-        for (int j = 0; j < OC; j++) {
+    gelu_job_t g = {.pre = pre, .out = out, .bias = bias, .N = N, .OC = OC};
+    st_parallel_range((size_t)N, ROW_GRAIN(OC), bias_gelu_rows, &g);
+}
+
+/* By column stripes: each bias gradient sums its column in row order, whatever the threads. */
+ST_VEC_CLONES
+static void gelu_bias_backward_cols(void *ctx, size_t j0, size_t j1)
+{
+    const gelu_job_t *g = ctx;
+    for (int n = 0; n < g->N; n++) {
+        const float *x_ = g->inp + (size_t)n * g->OC, *d = g->dout + (size_t)n * g->OC;
+        float *di = g->out + (size_t)n * g->OC;
+        for (size_t j = j0; j < j1; j++) {
             float x = x_[j];
             float u = GELU_K * (x + 0.044715f * x * x * x);
             float th = tanh_vec(u);
             float sech2 = 1.f - th * th;
-            float g = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
-            di[j] = g * d[j];
-            dbias[j] += di[j];
+            float gd = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
+            di[j] = gd * d[j];
+            g->dbias[j] += di[j];
         }
     }
+}
+
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+                           int OC)
+{
+    gelu_job_t g = {.out = dinp, .dbias = dbias, .inp = inp, .dout = dout, .N = N, .OC = OC};
+    st_parallel_range((size_t)OC, 64, gelu_bias_backward_cols, &g);
 }
 
 ST_VEC_CLONES

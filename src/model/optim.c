@@ -7,6 +7,7 @@
 #include "base/adamw.h"
 #include "base/base.h"
 #include "base/sumsq.h"
+#include "model/parallel_range.h"
 #include "model/vecmath.h"
 #include "strata/model.h"
 
@@ -41,7 +42,19 @@ static strata_status_t check_range(const strata_gpt_t *m, size_t offset, size_t 
     return STRATA_OK;
 }
 
+typedef struct adamw_job {
+    st_adamw_t k;
+    float *p, *m, *v;
+    const float *g;
+} adamw_job_t;
+
 ST_VEC_CLONES
+static void adamw_piece(void *ctx, size_t b, size_t e)
+{
+    adamw_job_t *j = ctx;
+    st_adamw_apply(&j->k, j->p + b, j->m + b, j->v + b, j->g + b, e - b);
+}
+
 strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_config_t *oc,
                                     float *params, const float *grads, float *mstate,
                                     float *vstate, size_t offset, size_t count, float lr,
@@ -51,8 +64,9 @@ strata_status_t strata_adamw_update(const strata_gpt_t *m, const strata_optim_co
     FOR_PIECES(m, offset, count, ti, lo, n)
     {
         float wd = strata_model_tensor(m, ti)->decay ? oc->weight_decay : 0.f;
-        st_adamw_t k = st_adamw_make(lr, oc->beta1, oc->beta2, oc->eps, wd, step, grad_scale);
-        st_adamw_apply(&k, params + lo, mstate + lo, vstate + lo, grads + lo, n);
+        adamw_job_t j = {st_adamw_make(lr, oc->beta1, oc->beta2, oc->eps, wd, step, grad_scale),
+                         params + lo, mstate + lo, vstate + lo, grads + lo};
+        st_parallel_range(n, 16384, adamw_piece, &j);
     }
     return STRATA_OK;
 }

@@ -1,0 +1,61 @@
+/* st_parallel_range and the fork guard (parallel_range.h) on OpenMP.
+ *
+ * libgomp is not fork-safe: a child forked after the parent's first parallel region inherits a
+ * pool whose threads do not exist, and its next parallel region waits for them forever (the test
+ * harness forks its ranks after a reference run). So the first use of OpenMP registers a fork
+ * handler, and a forked child keeps to one OpenMP thread.
+ *
+ * Not under ThreadSanitizer: libgomp is not built with it, so its own synchronisation would read
+ * as races; those builds run the pieces serially. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "model/parallel_range.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define ST_SERIAL 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ST_SERIAL 1
+#endif
+#endif
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_bool forked;
+
+static void in_child(void)
+{
+    atomic_store(&forked, true);
+    omp_set_num_threads(1);
+}
+
+static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, in_child);
+}
+
+bool st_omp_guard(void)
+{
+    pthread_once(&once, register_fork_handler);
+    return !atomic_load(&forked);
+}
+
+void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begin, size_t end),
+                       void *ctx)
+{
+    if (grain < 1)
+        grain = 1;
+#ifndef ST_SERIAL
+    int threads = st_omp_guard() ? omp_get_max_threads() : 1;
+    if (threads > 1 && n >= 2 * grain && !omp_in_parallel()) {
+        size_t pieces = n / grain < (size_t)threads ? n / grain : (size_t)threads;
+#pragma omp parallel for num_threads((int)pieces) schedule(static, 1)
+        for (size_t p = 0; p < pieces; p++)
+            fn(ctx, n * p / pieces, n * (p + 1) / pieces);
+        return;
+    }
+#endif
+    fn(ctx, 0, n);
+}
