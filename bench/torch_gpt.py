@@ -13,12 +13,42 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class Attn(nn.Module):
-    def __init__(self, C, NH):
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
         super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def norm(cfg, C):
+    eps = cfg.get("ln_eps", 1e-5)
+    return RMSNorm(C, eps) if cfg.get("norm", "layernorm") == "rmsnorm" else nn.LayerNorm(C, eps=eps)
+
+
+def rope(x, theta):
+    """Rotary embedding of x [B, NH, T, hs], rotate-half pairing (x[i], x[i + hs/2])."""
+    T, hs = x.shape[-2], x.shape[-1]
+    half = hs // 2
+    inv = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / hs)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attn(nn.Module):
+    def __init__(self, cfg, C, NH):
+        super().__init__()
+        bias = cfg.get("bias", True)
         self.C, self.NH = C, NH
-        self.qkv = nn.Linear(C, 3 * C)
-        self.proj = nn.Linear(C, C)
+        self.window = cfg.get("window", 0)
+        self.rope = cfg.get("pos", "learned") == "rope"
+        self.theta = cfg.get("rope_theta") or 10000.0
+        self.qkv = nn.Linear(C, 3 * C, bias=bias)
+        self.proj = nn.Linear(C, C, bias=bias)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -27,58 +57,86 @@ class Attn(nn.Module):
         q = q.view(B, T, self.NH, hs).transpose(1, 2)
         k = k.view(B, T, self.NH, hs).transpose(1, 2)
         v = v.view(B, T, self.NH, hs).transpose(1, 2)
+        if self.rope:
+            q, k = rope(q, self.theta), rope(k, self.theta)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        if self.window > 0:  # keys (t - window, t] only
+            mask |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-self.window)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.proj(y)
 
 
 class MLP(nn.Module):
-    def __init__(self, C, Fd):
+    def __init__(self, cfg, C, Fd):
         super().__init__()
-        self.fc = nn.Linear(C, Fd)
-        self.proj = nn.Linear(Fd, C)
+        bias = cfg.get("bias", True)
+        self.fc = nn.Linear(C, Fd, bias=bias)
+        self.proj = nn.Linear(Fd, C, bias=bias)
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
-class Block(nn.Module):
-    def __init__(self, C, NH, Fd, eps):
+class SwiGLU(nn.Module):
+    def __init__(self, cfg, C, Fd):
         super().__init__()
-        self.ln1 = nn.LayerNorm(C, eps=eps)
-        self.attn = Attn(C, NH)
-        self.ln2 = nn.LayerNorm(C, eps=eps)
-        self.mlp = MLP(C, Fd)
+        bias = cfg.get("bias", True)
+        self.w1 = nn.Linear(C, Fd, bias=bias)  # gate
+        self.w3 = nn.Linear(C, Fd, bias=bias)  # up
+        self.w2 = nn.Linear(Fd, C, bias=bias)  # down
 
     def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, C, NH, Fd):
+        super().__init__()
+        self.parallel = cfg.get("parallel", False)
+        self.ln1 = norm(cfg, C)
+        self.attn = Attn(cfg, C, NH)
+        if not self.parallel:
+            self.ln2 = norm(cfg, C)
+        self.mlp = SwiGLU(cfg, C, Fd) if cfg.get("mlp", "gelu") == "swiglu" else MLP(cfg, C, Fd)
+
+    def forward(self, x):
+        if self.parallel:  # GPT-J / PaLM: one norm, both branches added to the residual
+            h = self.ln1(x)
+            return x + self.attn(h) + self.mlp(h)
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
-    """cfg: dict with vocab, max_seq, n_layer, n_head, d_model, d_ff (0 = 4C), ln_eps, init_std."""
+    """cfg: dict with vocab, max_seq, n_layer, n_head, d_model, d_ff (0 = 4C), ln_eps, init_std, and
+    the options of strata_gpt_config_t: parallel, window, norm (layernorm|rmsnorm), mlp
+    (gelu|swiglu), pos (learned|rope), bias, rope_theta (strata's defaults when absent)."""
 
     def __init__(self, cfg):
         super().__init__()
         V, T, C = cfg["vocab"], cfg["max_seq"], cfg["d_model"]
         Fd = cfg.get("d_ff") or 4 * C
-        eps, std = cfg.get("ln_eps", 1e-5), cfg.get("init_std", 0.02)
+        std = cfg.get("init_std", 0.02)
         self.wte = nn.Parameter(torch.randn(V, C) * std)
-        self.wpe = nn.Parameter(torch.randn(T, C) * std)
-        self.h = nn.ModuleList([Block(C, cfg["n_head"], Fd, eps) for _ in range(cfg["n_layer"])])
-        self.lnf = nn.LayerNorm(C, eps=eps)
+        self.learned_pos = cfg.get("pos", "learned") == "learned"
+        if self.learned_pos:
+            self.wpe = nn.Parameter(torch.randn(T, C) * std)
+        self.h = nn.ModuleList([Block(cfg, C, cfg["n_head"], Fd) for _ in range(cfg["n_layer"])])
+        self.lnf = norm(cfg, C)
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
             elif p.dim() == 2 and name not in ("wte", "wpe"):
-                s = std / math.sqrt(2 * cfg["n_layer"]) if name.endswith("proj.weight") else std
-                nn.init.normal_(p, 0.0, s)
+                resid = name.endswith("proj.weight") or name.endswith("w2.weight")
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * cfg["n_layer"]) if resid else std)
 
     def forward(self, idx, targets=None):
         B, T = idx.shape
-        x = self.wte[idx] + self.wpe[:T]
+        x = self.wte[idx]
+        if self.learned_pos:
+            x = x + self.wpe[:T]
         for blk in self.h:
             x = blk(x)
         logits = self.lnf(x) @ self.wte.t()

@@ -3,7 +3,9 @@
  *
  * Architecture (GPT-2): byte tokens (vocab 256 by default) -> token + learned position embedding ->
  * L pre-norm blocks [x += proj(attn(LN1(x))); x += fc2(gelu(fc1(LN2(x))))] -> final LayerNorm ->
- * logits through the tied token embedding -> mean cross-entropy. Linear weights use PyTorch's
+ * logits through the tied token embedding -> mean cross-entropy. Options (strata_gpt_config_t):
+ * the parallel block, sliding-window attention, and the Llama shape (RMSNorm, SwiGLU, RoPE, no
+ * biases), each alone or together. Linear weights use PyTorch's
  * nn.Linear layout (out_features x in_features), so a checkpoint loads into the peer model in
  * bench/torch_gpt.py by name.
  *
@@ -43,6 +45,22 @@ extern "C" {
 
 /* ---- configuration ----------------------------------------------------------------------------- */
 
+/* The block's norm, MLP and position choices (0 = GPT-2's). */
+typedef enum strata_gpt_norm {
+    STRATA_GPT_NORM_LAYERNORM = 0, /* (x - mean) * rstd * w + b */
+    STRATA_GPT_NORM_RMSNORM = 1,   /* x * rstd * w, rstd over the mean square: no mean, no bias */
+} strata_gpt_norm_t;
+typedef enum strata_gpt_mlp {
+    STRATA_GPT_MLP_GELU = 0,   /* proj(gelu(fc(x))): mlp.fc, mlp.proj */
+    STRATA_GPT_MLP_SWIGLU = 1, /* w2(silu(w1 x) * w3 x): mlp.w1 (gate), mlp.w3 (up), mlp.w2 (down) */
+} strata_gpt_mlp_t;
+typedef enum strata_gpt_pos {
+    STRATA_GPT_POS_LEARNED = 0, /* a learned table wpe added to the token embedding */
+    STRATA_GPT_POS_ROPE = 1,    /* rotary embedding of q and k in every head (no wpe) */
+} strata_gpt_pos_t;
+
+/* Every field's zero value but d_ff's, ln_eps's and init_std's is GPT-2's shape, so a configuration
+ * written before an option existed means the same model. */
 typedef struct strata_gpt_config {
     int vocab;      /* token count; 256 for byte-level text */
     int max_seq;    /* T max: rows of the position table */
@@ -50,9 +68,27 @@ typedef struct strata_gpt_config {
     int n_head;     /* NH; d_model % n_head == 0 */
     int d_model;    /* C */
     int d_ff;       /* MLP width; 0 means 4 * d_model */
-    float ln_eps;   /* LayerNorm epsilon (1e-5) */
+    float ln_eps;   /* norm epsilon (1e-5) */
     float init_std; /* normal init std (0.02); residual projections get std / sqrt(2 L) */
+    /* Model options (MegaScale, Llama; docs/train.md "Model options"): */
+    bool parallel;  /* parallel block (GPT-J, PaLM): x + attn(norm(x)) + mlp(norm(x)), one norm
+                       (ln1) per block, no ln2 */
+    int window;     /* sliding-window attention: a query at t attends keys (t - window, t];
+                       0 = full causal */
+    strata_gpt_norm_t norm;
+    strata_gpt_mlp_t mlp;
+    strata_gpt_pos_t pos;
+    bool no_bias;     /* linear layers without biases (qkv, proj, MLP) */
+    float rope_theta; /* RoPE base; 0 means 10000 */
 } strata_gpt_config_t;
+
+/* The Llama shape on top of *cfg: RMSNorm, SwiGLU, RoPE, no biases. */
+STRATA_API void strata_gpt_config_llama(strata_gpt_config_t *cfg);
+
+/* Sets a named choice from its text: key "norm" (layernorm, rmsnorm), "mlp" (gelu, swiglu) or "pos"
+ * (learned, rope). Errors: STRATA_ERR_INVALID_ARG naming the key and the choices. */
+STRATA_API strata_status_t strata_gpt_config_set_choice(strata_gpt_config_t *cfg, const char *key,
+                                                        const char *value);
 
 /* A tiny default: vocab 256, T 64, L 2, NH 4, C 64. */
 STRATA_API strata_gpt_config_t strata_gpt_config_default(void);
@@ -110,7 +146,10 @@ typedef struct strata_tensor_info {
  *   attn.proj (C x C)        row-parallel: input columns of those heads; its bias replicated
  *   mlp.fc (F x C), bias     column-parallel: rows [r F/tp, (r+1) F/tp)
  *   mlp.proj (C x F)         row-parallel: input columns [r F/tp, ...); its bias replicated
- *   wpe, LayerNorms          replicated
+ *   mlp.w1, mlp.w3 (F x C)   SwiGLU's gate and up: column-parallel as mlp.fc (one product: the
+ *                            rank's rows of w1 and w3 lie one after the other in its arena)
+ *   mlp.w2 (C x F)           SwiGLU's down: row-parallel as mlp.proj
+ *   wpe, norms               replicated (RoPE rotates each head where it is)
  * One collective forward and one backward per sub-block (attention, MLP), none inside, plus the
  * embedding's and the head's. Without sequence parallelism the residual stream is whole on every
  * rank: an all-reduce after each row-parallel product, and one on the input gradient of each
@@ -324,8 +363,9 @@ STRATA_API int strata_sample_token(const float *logits, int vocab, double temper
 STRATA_API strata_status_t strata_model_backward(strata_gpt_t *m);
 
 /* Training FLOPs per token (forward + backward) at sequence length T: 6 * matmul params plus the
- * attention products counted dense (T x T), the usual MFU convention, although the attention
- * kernel skips the key blocks above the causal diagonal. */
+ * attention products counted dense (T x T; T x window with a sliding window), the usual MFU
+ * convention, although the attention kernel skips the key blocks above the causal diagonal (and
+ * those before the window). */
 STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
 
 /* ---- BLAS -------------------------------------------------------------------------------------- */

@@ -1,12 +1,16 @@
 /* Causal multi-head self-attention on strided views of the packed qkv activation (no copies):
  * S = q k^T, a causal softmax row by row, out = P v; the probabilities P are kept for backward.
+ * With a sliding window W, the query at t attends the keys (t - W, t] only.
  *
- * The products run as sgemm on blocks of ATT_BLOCK query rows: rows [r0, r0 + rows) attend to keys
- * [0, r0 + rows) only, so a block skips the keys that lie wholly above the diagonal. At T = 128
- * that is a quarter of the dense work (approaching a half at long T), while every sgemm stays large
- * enough (>= 64 x 32 x 32) to run near the BLAS peak; entries above the diagonal inside the
- * diagonal block are computed and then overwritten with zeros. Rows of P are stored whole (zeros
- * to T), so att is the full T x T matrix whatever the blocking. */
+ * The products run as sgemm on blocks of ATT_BLOCK query rows: rows [r0, r1) attend to keys
+ * [k0, r1) only, k0 being the start of the key block holding the first row's first key (0 without
+ * a window), so a block skips the keys that lie wholly above the diagonal or before the window. At
+ * T = 128 that is a quarter of the dense work (approaching a half at long T, and all but W/T of it
+ * with a window), while every sgemm stays large enough (>= 64 x 32 x 32) to run near the BLAS
+ * peak; entries outside a row's keys inside the computed blocks are computed and then overwritten
+ * with zeros. Only those blocks of the T x T matrix P are written: the backward's key-column pass
+ * reads, for key block [c0, c1), the queries [c0, c1 - 1 + W) (to T without a window), every one of
+ * whose rows has that key block inside its own computed blocks. */
 #include <math.h>
 #include <string.h>
 
@@ -20,8 +24,21 @@ static inline int min_int(int a, int b)
     return a < b ? a : b;
 }
 
+/* The first key query i attends. */
+static inline int first_key(int i, int window)
+{
+    return window > 0 && i >= window ? i - window + 1 : 0;
+}
+
+/* The first key of the computed blocks of the query-row block starting at r0. */
+static inline int block_keys(int r0, int window)
+{
+    return first_key(r0, window) / ATT_BLOCK * ATT_BLOCK;
+}
+
 ST_VEC_CLONES
-void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                          int window)
 {
     int hs = C / NH;
     float scale = 1.f / sqrtf((float)hs);
@@ -34,29 +51,34 @@ void st_attention_forward(float *out, float *att, const float *qkv, int B, int T
             float *p = att + ((size_t)b * NH + h) * T * T;
             float *o = out + (size_t)b * T * C + h * hs;
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int rows = min_int(ATT_BLOCK, T - r0), keys = r0 + rows;
-                float *pb = p + (size_t)r0 * T;
-                // p[rows, keys] = scale * q[rows, hs] k[keys, hs]^T
-                st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld, k, ld, 0.f, pb, T);
-                for (int i = r0; i < keys; i++) {
+                int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
+                int k0 = block_keys(r0, window), keys = r1 - k0;
+                float *pb = p + (size_t)r0 * T + k0;
+                // p[rows, k0:r1] = scale * q[rows, hs] k[k0:r1, hs]^T
+                st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld,
+                         k + (size_t)k0 * ld, ld, 0.f, pb, T);
+                for (int i = r0; i < r1; i++) {
                     float *row = p + (size_t)i * T;
-                    float mx = st_max(row, i + 1);
-                    for (int j = 0; j <= i; j++)
+                    int lo = first_key(i, window), n = i + 1 - lo;
+                    float mx = st_max(row + lo, n);
+                    for (int j = lo; j <= i; j++)
                         row[j] = st_exp(row[j] - mx);
-                    float inv = 1.f / st_sum(row, i + 1);
-                    for (int j = 0; j <= i; j++)
+                    float inv = 1.f / st_sum(row + lo, n);
+                    for (int j = lo; j <= i; j++)
                         row[j] *= inv;
-                    memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+                    memset(row + k0, 0, (size_t)(lo - k0) * sizeof(float));
+                    memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
                 }
-                // out[rows, hs] (row stride C) = p[rows, keys] v[keys, hs]
-                st_sgemm(0, 0, rows, hs, keys, 1.f, pb, T, v, ld, 0.f, o + (size_t)r0 * C, C);
+                // out[rows, hs] (row stride C) = p[rows, k0:r1] v[k0:r1, hs]
+                st_sgemm(0, 0, rows, hs, keys, 1.f, pb, T, v + (size_t)k0 * ld, ld, 0.f,
+                         o + (size_t)r0 * C, C);
             }
         }
 }
 
 ST_VEC_CLONES
 void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH)
+                           const float *att, int B, int T, int C, int NH, int window)
 {
     int hs = C / NH;
     float scale = 1.f / sqrtf((float)hs);
@@ -71,28 +93,35 @@ void st_attention_backward(float *dqkv, float *scratch, const float *dout, const
             float *dv = dq + 2 * C;
             const float *p = att + ((size_t)b * NH + h) * T * T;
             const float *d = dout + (size_t)b * T * C + h * hs;
-            float *ds = scratch; // dP, then dS in place; only [row block, keys] is ever written
+            float *ds = scratch; // dP, then dS in place; only the forward's blocks are written
             // By query-row blocks: dP, the softmax backward, dq.
             for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int rows = min_int(ATT_BLOCK, T - r0), keys = r0 + rows;
-                float *db = ds + (size_t)r0 * T;
-                // dp[rows, keys] = d[rows, hs] v[keys, hs]^T
-                st_sgemm(0, 1, rows, keys, hs, 1.f, d + (size_t)r0 * C, C, v, ld, 0.f, db, T);
-                // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik), zero above the diagonal
-                for (int i = r0; i < keys; i++) {
+                int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
+                int k0 = block_keys(r0, window), keys = r1 - k0;
+                float *db = ds + (size_t)r0 * T + k0;
+                // dp[rows, k0:r1] = d[rows, hs] v[k0:r1, hs]^T
+                st_sgemm(0, 1, rows, keys, hs, 1.f, d + (size_t)r0 * C, C, v + (size_t)k0 * ld,
+                         ld, 0.f, db, T);
+                // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik), zero outside the row's keys
+                for (int i = r0; i < r1; i++) {
                     const float *pr = p + (size_t)i * T;
                     float *dr = ds + (size_t)i * T;
-                    float dot = st_dot(pr, dr, i + 1);
-                    for (int j = 0; j <= i; j++)
+                    int lo = first_key(i, window);
+                    float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
+                    for (int j = lo; j <= i; j++)
                         dr[j] = pr[j] * (dr[j] - dot);
-                    memset(dr + i + 1, 0, (size_t)(keys - i - 1) * sizeof(float));
+                    memset(dr + k0, 0, (size_t)(lo - k0) * sizeof(float));
+                    memset(dr + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
                 }
-                // dq[rows, hs] = scale * ds[rows, keys] k[keys, hs]
-                st_sgemm(0, 0, rows, hs, keys, scale, db, T, k, ld, 0.f, dq + (size_t)r0 * ld, ld);
+                // dq[rows, hs] = scale * ds[rows, k0:r1] k[k0:r1, hs]
+                st_sgemm(0, 0, rows, hs, keys, scale, db, T, k + (size_t)k0 * ld, ld, 0.f,
+                         dq + (size_t)r0 * ld, ld);
             }
-            // By key-column blocks: keys [c0, c0 + cols) are attended by queries [c0, T) only.
+            // By key-column blocks: keys [c0, c1) are attended by queries [c0, c1 - 1 + W) only
+            // ([c0, T) without a window).
             for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int cols = min_int(ATT_BLOCK, T - c0), n = T - c0;
+                int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
+                int n = (window > 0 ? min_int(T, c1 - 1 + window) : T) - c0;
                 size_t at = (size_t)c0 * T + c0;
                 // dv[cols, hs] = p[n, cols]^T d[n, hs]
                 st_sgemm(1, 0, cols, hs, n, 1.f, p + at, T, d + (size_t)c0 * C, C, 0.f,

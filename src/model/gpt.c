@@ -59,13 +59,73 @@ static void add_tensor(layout_walk_t *w, bool held, const char *name, int ndim, 
     w->cur += t->count;
 }
 
+/* One tensor of a block: where block_layout_t keeps its offset, its name after "h.<l>.", its whole
+ * shape (d1 0 for a vector) and its TP cut (see add_tensor). */
+typedef struct block_tensor {
+    size_t field; /* offsetof(block_layout_t, ...) */
+    const char *suffix;
+    size_t d0, d1;
+    int split, groups;
+} block_tensor_t;
+
+#define ST_MAX_BLOCK_TENSORS 16
+
+/* The tensors of one block of configuration c, in arena order; returns their count. */
+static int block_tensors(const strata_gpt_config_t *c, block_tensor_t *bt)
+{
+    size_t C = (size_t)c->d_model, F = (size_t)c->d_ff;
+    bool ln = c->norm == STRATA_GPT_NORM_LAYERNORM, bias = !c->no_bias;
+    int n = 0;
+#define ADD(f, suffix, d0, d1, split, groups)                                                      \
+    bt[n++] = (block_tensor_t){offsetof(block_layout_t, f), suffix, d0, d1, split, groups}
+    ADD(ln1w, "ln1.weight", C, 0, -1, 1);
+    if (ln)
+        ADD(ln1b, "ln1.bias", C, 0, -1, 1);
+    ADD(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
+    if (bias)
+        ADD(qkvb, "attn.qkv.bias", 3 * C, 0, 0, 3);
+    ADD(projw, "attn.proj.weight", C, C, 1, 1);
+    if (bias)
+        ADD(projb, "attn.proj.bias", C, 0, -1, 1);
+    if (!c->parallel) {
+        ADD(ln2w, "ln2.weight", C, 0, -1, 1);
+        if (ln)
+            ADD(ln2b, "ln2.bias", C, 0, -1, 1);
+    }
+    if (c->mlp == STRATA_GPT_MLP_SWIGLU) { // w1, w3 adjacent (then their biases): one product
+        ADD(fcw, "mlp.w1.weight", F, C, 0, 1);
+        ADD(w3w, "mlp.w3.weight", F, C, 0, 1);
+        if (bias) {
+            ADD(fcb, "mlp.w1.bias", F, 0, 0, 1);
+            ADD(w3b, "mlp.w3.bias", F, 0, 0, 1);
+        }
+        ADD(fc2w, "mlp.w2.weight", C, F, 1, 1);
+        if (bias)
+            ADD(fc2b, "mlp.w2.bias", C, 0, -1, 1);
+    } else {
+        ADD(fcw, "mlp.fc.weight", F, C, 0, 1);
+        if (bias)
+            ADD(fcb, "mlp.fc.bias", F, 0, 0, 1);
+        ADD(fc2w, "mlp.proj.weight", C, F, 1, 1);
+        if (bias)
+            ADD(fc2b, "mlp.proj.bias", C, 0, -1, 1);
+    }
+#undef ADD
+    return n;
+}
+
 /* Builds the tensor table of this rank's part (m->shard: TP part, pipeline chunk); returns the whole
  * model's P. With m == NULL it only counts the whole model. */
 static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
 {
-    size_t C = (size_t)c->d_model, F = (size_t)c->d_ff, V = (size_t)c->vocab, T = (size_t)c->max_seq;
-    size_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
-    size_t P = V * C + T * C + (size_t)c->n_layer * block + 2 * C;
+    size_t C = (size_t)c->d_model, V = (size_t)c->vocab, T = (size_t)c->max_seq;
+    bool learned = c->pos == STRATA_GPT_POS_LEARNED, ln = c->norm == STRATA_GPT_NORM_LAYERNORM;
+    block_tensor_t bt[ST_MAX_BLOCK_TENSORS];
+    int nbt = block_tensors(c, bt);
+    size_t block = 0;
+    for (int i = 0; i < nbt; i++)
+        block += bt[i].d0 * (bt[i].d1 ? bt[i].d1 : 1);
+    size_t P = V * C + (learned ? T * C : 0) + (size_t)c->n_layer * block + (ln ? 2 : 1) * C;
     if (!m)
         return P;
     layout_walk_t w = {.m = m, .names = m->names};
@@ -76,52 +136,36 @@ static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
         m->wte = 0;
     }
     add_tensor(&w, m->has_embed, "wte", 2, (int64_t)V, (int64_t)C, seg, true, 0, 1);
-    m->wpe = w.cur;
-    add_tensor(&w, m->has_embed, "wpe", 2, (int64_t)T, (int64_t)C, seg, true, -1, 1);
+    m->wpe = learned ? w.cur : ST_ABSENT;
+    if (learned)
+        add_tensor(&w, m->has_embed, "wpe", 2, (int64_t)T, (int64_t)C, seg, true, -1, 1);
     if (m->has_embed)
         m->seg_cnt[seg++] = w.cur;
+    memset(&m->bl, 0xff, sizeof m->bl); // every offset ST_ABSENT until its tensor is placed
     for (int l = 0; l < c->n_layer; l++) {
         bool held = m->blk[l] >= 0;
         size_t base = w.cur;
         if (held)
             m->seg_off[seg] = base;
-#define T1(field, suffix, n, decay, split, groups)                                                 \
-    m->bl.field = w.cur - base;                                                                    \
-    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(&w, held, nm, 1, (int64_t)(n), 0, seg, decay, split, groups)
-#define T2(field, suffix, r, k, split, groups)                                                     \
-    m->bl.field = w.cur - base;                                                                    \
-    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(&w, held, nm, 2, (int64_t)(r), (int64_t)(k), seg, true, split, groups)
-        if (held) { // the offsets in a block are the same for every block: set them from a held one
-            T1(ln1w, "ln1.weight", C, false, -1, 1);
-            T1(ln1b, "ln1.bias", C, false, -1, 1);
-            T2(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
-            T1(qkvb, "attn.qkv.bias", 3 * C, false, 0, 3);
-            T2(projw, "attn.proj.weight", C, C, 1, 1);
-            T1(projb, "attn.proj.bias", C, false, -1, 1);
-            T1(ln2w, "ln2.weight", C, false, -1, 1);
-            T1(ln2b, "ln2.bias", C, false, -1, 1);
-            T2(fcw, "mlp.fc.weight", F, C, 0, 1);
-            T1(fcb, "mlp.fc.bias", F, false, 0, 1);
-            T2(fc2w, "mlp.proj.weight", C, F, 1, 1);
-            T1(fc2b, "mlp.proj.bias", C, false, -1, 1);
-            m->seg_cnt[seg] = w.cur - base;
-            seg++;
-        } else {
-            w.index += 12;
-            w.full += block;
+        for (int i = 0; i < nbt; i++) {
+            // The offsets in a block are the same for every block: set them from a held one.
+            if (held)
+                *(size_t *)((char *)&m->bl + bt[i].field) = w.cur - base;
+            snprintf(nm, sizeof nm, "h.%d.%s", l, bt[i].suffix);
+            add_tensor(&w, held, nm, bt[i].d1 ? 2 : 1, (int64_t)bt[i].d0, (int64_t)bt[i].d1, seg,
+                       bt[i].d1 > 0, bt[i].split, bt[i].groups);
         }
-#undef T1
-#undef T2
+        if (held)
+            m->seg_cnt[seg++] = w.cur - base;
     }
     if (m->has_head) {
         size_t base = w.cur;
         m->seg_off[seg] = base;
         m->lnfw = 0;
         add_tensor(&w, true, "lnf.weight", 1, (int64_t)C, 0, seg, false, -1, 1);
-        m->lnfb = C;
-        add_tensor(&w, true, "lnf.bias", 1, (int64_t)C, 0, seg, false, -1, 1);
+        m->lnfb = ln ? C : ST_ABSENT;
+        if (ln)
+            add_tensor(&w, true, "lnf.bias", 1, (int64_t)C, 0, seg, false, -1, 1);
         if (!m->has_embed) { // the tied head's own copy of the embedding (Megatron-LM's)
             m->wte = w.cur - base;
             layout_walk_t copy = w;
@@ -204,7 +248,8 @@ static void init_tensor(const strata_gpt_t *m, int i, uint64_t seed, float *x, s
     // Each tensor has its own stream, so a tensor's values do not depend on the others' sizes.
     uint64_t s = seed * 0x100000001B3ull + (uint64_t)t->init_index * 0x9E3779B97F4A7C15ull;
     if (t->ndim == 2) {
-        bool proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight");
+        bool proj = strstr(t->name, "attn.proj.weight") || strstr(t->name, "mlp.proj.weight") ||
+                    strstr(t->name, "mlp.w2.weight");
         fill_normal(x, n, proj ? proj_std : std, &s);
     } else {
         float v = strstr(t->name, ".weight") ? 1.f : 0.f; // norm weights 1, biases 0
@@ -280,6 +325,21 @@ strata_status_t strata_gpt_config_validate(strata_gpt_config_t *c)
           (double)c->ln_eps);
     CHECK(c->init_std > 0.f && c->init_std < 10.f, "model: init_std must be in (0, 10), got %g",
           (double)c->init_std);
+    CHECK(c->window >= 0 && c->window <= 65536,
+          "model: window must be in [0, 65536] (0: full causal attention), got %d", c->window);
+    CHECK(c->norm == STRATA_GPT_NORM_LAYERNORM || c->norm == STRATA_GPT_NORM_RMSNORM,
+          "model: norm must be layernorm or rmsnorm (%d)", (int)c->norm);
+    CHECK(c->mlp == STRATA_GPT_MLP_GELU || c->mlp == STRATA_GPT_MLP_SWIGLU,
+          "model: mlp must be gelu or swiglu (%d)", (int)c->mlp);
+    CHECK(c->pos == STRATA_GPT_POS_LEARNED || c->pos == STRATA_GPT_POS_ROPE,
+          "model: pos must be learned or rope (%d)", (int)c->pos);
+    if (c->rope_theta == 0.f)
+        c->rope_theta = 10000.f;
+    CHECK(c->rope_theta > 1.f && c->rope_theta <= 1e12f, "model: rope_theta must be in (1, 1e12], "
+          "got %g", (double)c->rope_theta);
+    CHECK(c->pos != STRATA_GPT_POS_ROPE || (c->d_model / c->n_head) % 2 == 0,
+          "model: RoPE rotates pairs of a head's columns: the head size d_model / n_head (%d) "
+          "must be even", c->d_model / c->n_head);
 #undef CHECK
     return STRATA_OK;
 }
@@ -349,7 +409,7 @@ static strata_status_t set_chunks(strata_gpt_t *m)
     m->seg_block0 = m->has_embed ? 1 : 0;
     m->nseg = m->seg_block0 + m->nblocks + (m->has_head ? 1 : 0);
     m->seg_final = m->has_head ? m->nseg - 1 : -1;
-    int maxt = 5 + 12 * L;
+    int maxt = 5 + ST_MAX_BLOCK_TENSORS * L;
     m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
     m->names = calloc((size_t)maxt, 64);
     m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
@@ -359,13 +419,13 @@ static strata_status_t set_chunks(strata_gpt_t *m)
     return STRATA_OK;
 }
 
-/* Carves slot k's activations out of the arena at *p (counts as in create). */
-static void take_slot(strata_gpt_t *m, slot_t *sl, float **p, size_t N, size_t R)
+/* Lays one slot's activations out from base + *at, advancing *at (base NULL: only counts). */
+static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size_t N, size_t R)
 {
-    size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, T = m->cfg.max_seq;
+    size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, Gl = m->Gl, T = m->cfg.max_seq;
     size_t att = (size_t)m->max_batch * m->NHl * T * T;
-    bool split = m->shard.split_backward;
-#define TAKE(n) (*p += (n), *p - (n))
+    bool split = m->shard.split_backward, ln2 = !m->cfg.parallel;
+#define TAKE(n) (*at += (n), base ? base + *at - (n) : NULL)
     sl->encoded = TAKE(R * C);
     for (int l = 0; l < m->nblocks; l++) {
         block_acts_t *a = &sl->ba[l];
@@ -376,16 +436,16 @@ static void take_slot(strata_gpt_t *m, slot_t *sl, float **p, size_t N, size_t R
         a->atty = TAKE(N * Cl);
         a->att = TAKE(att);
         a->res1 = TAKE(R * C);
-        a->ln2 = TAKE(R * C);
-        a->ln2_mean = TAKE(R);
-        a->ln2_rstd = TAKE(R);
-        a->fch = TAKE(N * Fl);
+        a->ln2 = ln2 ? TAKE(R * C) : NULL;
+        a->ln2_mean = ln2 ? TAKE(R) : NULL;
+        a->ln2_rstd = ln2 ? TAKE(R) : NULL;
+        a->fch = TAKE(N * Gl);
         a->fch_gelu = TAKE(N * Fl);
         a->res2 = TAKE(R * C);
         if (split) {
             a->dqkv = TAKE(3 * N * Cl);
             a->dproj = TAKE(N * C);
-            a->dfc = TAKE(N * Fl);
+            a->dfc = TAKE(N * Gl);
             a->dfc2 = TAKE(N * C);
         }
     }
@@ -399,16 +459,42 @@ static void take_slot(strata_gpt_t *m, slot_t *sl, float **p, size_t N, size_t R
 #undef TAKE
 }
 
-/* Floats of one slot's activations (take_slot's). */
-static size_t slot_floats(const strata_gpt_t *m, size_t N, size_t R)
+/* Lays the backward's scratch buffers, the TP buffers and RoPE's tables out from base + *at, as
+ * take_slot. */
+static void take_scratch(strata_gpt_t *m, float *base, size_t *at, size_t N, size_t R)
 {
     size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, T = m->cfg.max_seq;
-    size_t att = (size_t)m->max_batch * m->NHl * T * T;
-    size_t block = 5 * R * C + 4 * R + 4 * N * Cl + att + 2 * N * Fl;
-    if (m->shard.split_backward)
-        block += 3 * N * Cl + 2 * N * C + N * Fl;
-    size_t head = m->has_head ? R * C + 2 * R + N * m->Vl + N : 0;
-    return R * C + (size_t)m->nblocks * block + head;
+    size_t hs = C / m->cfg.n_head;
+#define TAKE(n) (*at += (n), base ? base + *at - (n) : NULL)
+    m->dres = TAKE(R * C);
+    m->dbuf = TAKE(N * C);
+    m->dqkv = TAKE(3 * N * Cl);
+    m->dfch = TAKE(N * m->Gl);
+    m->dact = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? TAKE(N * Fl) : m->dfch;
+    m->dln = m->cfg.parallel ? TAKE(R * C) : NULL;
+    m->dscratch = TAKE(T * T);
+    m->rope_cos = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
+    m->rope_sin = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
+    if (m->shard.tp > 1) {
+        m->full = TAKE(N * C);
+        m->dfull = TAKE(N * C);
+        m->dpart = TAKE(N * C);
+        m->xent = TAKE(3 * N);
+        m->packed = TAKE(6 * C);
+    }
+#undef TAKE
+}
+
+/* RoPE's tables: angle t * theta^(-2i / hs) for position t and pair i (computed in double). */
+static void rope_tables(strata_gpt_t *m)
+{
+    int hs = m->cfg.d_model / m->cfg.n_head, half = hs / 2;
+    for (int t = 0; t < m->cfg.max_seq; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = t * pow((double)m->cfg.rope_theta, -2.0 * i / hs);
+            m->rope_cos[(size_t)t * half + i] = (float)cos(ang);
+            m->rope_sin[(size_t)t * half + i] = (float)sin(ang);
+        }
 }
 
 strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
@@ -448,6 +534,7 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     int tp = shard->tp;
     m->Cl = c.d_model / tp;
     m->Fl = c.d_ff / tp;
+    m->Gl = c.mlp == STRATA_GPT_MLP_SWIGLU ? 2 * m->Fl : m->Fl;
     m->NHl = c.n_head / tp;
     m->Vl = c.vocab / tp;
     m->nslots = shard->slots > 0 ? shard->slots : 1;
@@ -456,14 +543,13 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     for (int k = 0; slots_ok && k < m->nslots; k++)
         slots_ok = (m->slot[k].ba = calloc((size_t)m->nblocks, sizeof(block_acts_t))) != NULL;
     // N: every token of a batch; R: the residual stream's rows here (a 1/tp share with sp).
-    size_t N = (size_t)max_batch * c.max_seq, C = c.d_model, Fl = m->Fl, Cl = m->Cl;
-    size_t R = m->shard.sp ? (N + tp - 1) / tp : N;
-    m->slot_floats = slot_floats(m, N, R);
-    size_t scratch = R * C + N * C + 3 * N * Cl + N * Fl + (size_t)c.max_seq * c.max_seq;
-    size_t ntp = tp > 1 ? 3 * N * C + 3 * N + 6 * C : 0;
-    size_t nacts = m->slot_floats * (size_t)m->nslots + scratch + ntp;
+    size_t N = (size_t)max_batch * c.max_seq;
+    size_t R = m->shard.sp ? (N + tp - 1) / tp : N, nacts = 0;
     if (!slots_ok)
         goto oom;
+    take_slot(m, &m->slot[0], NULL, &m->slot_floats, N, R);
+    nacts = m->slot_floats * (size_t)m->nslots;
+    take_scratch(m, NULL, &nacts, N, R);
     m->P_full = build_layout(m, &c);
     m->params = malloc(m->P * sizeof(float));
     m->grads = calloc(m->P, sizeof(float));
@@ -476,23 +562,12 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     }
     if (!m->params || !m->grads || !m->acts)
         goto oom;
-    float *p = m->acts;
+    size_t at = 0;
     for (int k = 0; k < m->nslots; k++)
-        take_slot(m, &m->slot[k], &p, N, R);
-#define TAKE(n) (p += (n), p - (n))
-    m->dres = TAKE(R * C);
-    m->dbuf = TAKE(N * C);
-    m->dqkv = TAKE(3 * N * Cl);
-    m->dfch = TAKE(N * Fl);
-    m->dscratch = TAKE((size_t)c.max_seq * c.max_seq);
-    if (tp > 1) {
-        m->full = TAKE(N * C);
-        m->dfull = TAKE(N * C);
-        m->dpart = TAKE(N * C);
-        m->xent = TAKE(3 * N);
-        m->packed = TAKE(6 * C);
-    }
-#undef TAKE
+        take_slot(m, &m->slot[k], m->acts, &at, N, R);
+    take_scratch(m, m->acts, &at, N, R);
+    if (m->rope_cos)
+        rope_tables(m);
     rc = strata_model_init_params(m, seed);
     if (rc < 0) {
         strata_model_destroy(m);
@@ -666,8 +741,10 @@ double strata_model_flops_per_token(const strata_gpt_t *m, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     double C = c->d_model, F = c->d_ff, L = c->n_layer;
-    double matmul = L * (3 * C * C + C * C + 2 * C * F) + (double)c->vocab * C; // incl. the head
-    double attn = L * 2.0 * T * C; // qk^T and att v, dense
+    double mlp = (c->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
+    double matmul = L * (3 * C * C + C * C + mlp) + (double)c->vocab * C; // incl. the head
+    double keys = c->window > 0 && c->window < T ? c->window : T;
+    double attn = L * 2.0 * keys * C; // qk^T and att v, dense (within the window)
     return 6.0 * matmul + 6.0 * attn;
 }
 

@@ -10,14 +10,23 @@
 
 #include "strata/model.h"
 
-/* Offsets of one block's tensors relative to the block's segment start (the same for every block). */
+/* The offset of a tensor this configuration does not have (no biases, no ln2, RMSNorm's bias, wpe
+ * under RoPE); ST_AT gives NULL for it, which every kernel reads as "none". */
+#define ST_ABSENT ((size_t)-1)
+#define ST_AT(p, off) ((off) == ST_ABSENT ? NULL : (p) + (off))
+
+/* Offsets of one block's tensors relative to the block's segment start (the same for every block).
+ * The MLP's first product: fc, or SwiGLU's w1 with w3 right after it (and w1's bias with w3's right
+ * after it), so one product of width 2F computes gate and up; fc2: mlp.proj or w2. */
 typedef struct block_layout {
-    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fc2w, fc2b;
+    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, w3w, w3b, fc2w, fc2b;
 } block_layout_t;
 
 /* Activations of one block, pointers into the activation arena. Rows: the residual stream (x, ln*,
  * res*, their statistics) has R rows (B*T, or B*T/tp with sequence parallelism); the head-split
- * tensors (qkv, atty, att, fch) have all B*T rows and this rank's columns. */
+ * tensors (qkv, atty, att, fch) have all B*T rows and this rank's columns. fch is the MLP's first
+ * product (Gl columns: SwiGLU's gate | up), fch_gelu its activation (Fl columns). The parallel
+ * block has no ln2 (NULL). */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res1;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res2;
@@ -56,10 +65,14 @@ struct strata_gpt {
     size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment (wte: the head's copy in the
                                     final segment when the embeddings are not held) */
     int Cl, Fl, NHl, Vl;         /* this rank's attention width, MLP width, heads, vocabulary */
+    int Gl;                      /* width of the MLP's first product: Fl, 2 Fl for SwiGLU */
+    float *rope_cos, *rope_sin;  /* RoPE: [max_seq, head_size / 2] each (NULL without) */
     float *acts;
     int nslots;
     slot_t *slot;
     float *dres, *dbuf, *dqkv, *dfch, *dscratch;
+    float *dact; /* the MLP activation's output gradient (N x Fl): dfch itself for GELU */
+    float *dln;  /* parallel block: the MLP's share of d(ln1) (R x C) */
     float *full, *dfull, *dpart, *xent; /* TP: whole-row gather buffers, the CE reductions */
     float *packed;                      /* SP: a segment's replicated gradients, to sum */
     size_t slot_floats;

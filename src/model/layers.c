@@ -1,5 +1,7 @@
-/* Elementwise and row-wise layers of the GPT: embeddings, LayerNorm, linear layers (through sgemm),
- * GELU (tanh approximation, as GPT-2 and PyTorch's gelu(approximate="tanh")) and the residual add.
+/* Elementwise and row-wise layers of the GPT: embeddings, LayerNorm and RMSNorm, linear layers
+ * (through sgemm), GELU (tanh approximation, as GPT-2 and PyTorch's gelu(approximate="tanh")),
+ * SwiGLU, rotary position embedding (RoPE, the rotate-half pairing of GPT-NeoX and HuggingFace's
+ * Llama) and the residual add.
  * Attention is in attention.c, the loss in loss.c. Shapes are stated at each function in layers.h. */
 #include <math.h>
 #include <string.h>
@@ -258,4 +260,102 @@ void st_add_inplace(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] += inp[i];
+}
+
+ST_VEC_CLONES
+void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float s = 1.f / sqrtf(st_dot(x, x, C) / (float)C + eps);
+        for (int i = 0; i < C; i++)
+            o[i] = x[i] * s * w[i];
+        rstd[n] = s;
+    }
+}
+
+ST_VEC_CLONES
+void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C;
+        const float *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float s = rstd[n];
+        // dx = s (w d - xhat mean(w d xhat)), xhat = x s: one reduction, in lanes (vecmath.h).
+        float acc[ST_LANES] = {0};
+        int i = 0;
+        for (; i + ST_LANES <= C; i += ST_LANES)
+            for (int k = 0; k < ST_LANES; k++)
+                acc[k] += w[i + k] * d[i + k] * x[i + k];
+        for (int k = 0; i < C; i++, k++)
+            acc[k] += w[i] * d[i] * x[i];
+        float dn_norm_mean = st_lanes_sum(acc) * s / (float)C;
+        for (i = 0; i < C; i++) {
+            float norm = x[i] * s;
+            dw[i] += norm * d[i];
+            dx[i] += (w[i] * d[i] - norm * dn_norm_mean) * s;
+        }
+    }
+}
+
+ST_VEC_CLONES
+void st_swiglu_forward(float *out, const float *gu, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+        for (int i = 0; i < F; i++)
+            o[i] = g[i] / (1.f + st_exp(-g[i])) * u[i];
+    }
+}
+
+ST_VEC_CLONES
+void st_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dgu + (size_t)n * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float sig = 1.f / (1.f + st_exp(-g[i]));
+            du[i] = d[i] * g[i] * sig;
+            dg[i] = d[i] * u[i] * sig * (1.f + g[i] * (1.f - sig));
+        }
+    }
+}
+
+/* Turns every head's pairs of x by the angle of its position; sign -1 turns back. */
+static void rope_turn(float *x, int ld, const float *cs, const float *sn, int B, int T, int NH,
+                      int hs, float sign)
+{
+    int half = hs / 2;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *c = cs + (size_t)t * half, *s = sn + (size_t)t * half;
+            float *row = x + ((size_t)b * T + t) * ld;
+            for (int h = 0; h < NH; h++) {
+                float *x1 = row + (size_t)h * hs, *x2 = x1 + half;
+                for (int i = 0; i < half; i++) {
+                    float a = x1[i], b2 = x2[i], si = sign * s[i];
+                    x1[i] = a * c[i] - b2 * si;
+                    x2[i] = b2 * c[i] + a * si;
+                }
+            }
+        }
+}
+
+void st_rope_forward(float *x, int ld, const float *cs, const float *sn, int B, int T, int NH,
+                     int hs)
+{
+    rope_turn(x, ld, cs, sn, B, T, NH, hs, 1.f);
+}
+
+void st_rope_backward(float *dx, int ld, const float *cs, const float *sn, int B, int T, int NH,
+                      int hs)
+{
+    // A rotation's Jacobian is the rotation itself; its transpose turns by the opposite angle.
+    rope_turn(dx, ld, cs, sn, B, T, NH, hs, -1.f);
 }

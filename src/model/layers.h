@@ -30,6 +30,13 @@ void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, const float *mean, const float *rstd, int N, int C);
 
+/* RMSNorm: out[N,C] = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd[N]. */
+void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+/* dinp[N,C] += ..., dw[C] += ... */
+void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C);
+
 /* out[N,OC] = inp[N,C] w[OC,C]^T + bias[OC] (bias may be NULL). */
 void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                        int C, int OC);
@@ -57,15 +64,33 @@ void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int 
 void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
                            int OC);
 
+/* SwiGLU: out[N,F] = silu(g) * u, where gu[N,2F] holds the gate g (columns [0, F)) and the up
+ * projection u (columns [F, 2F)) of each row; silu(g) = g * sigmoid(g). */
+void st_swiglu_forward(float *out, const float *gu, int N, int F);
+/* dgu[N,2F] = the gradients of g and u (written, not accumulated). */
+void st_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
+
+/* Rotary position embedding, in place, on x[B,T, row stride ld]: NH heads of hs columns each from
+ * column 0, every head rotated by position t: for i < hs/2 the pair (x[i], x[i + hs/2]) turns by
+ * the angle whose cos and sin are cs[t, i], sn[t, i] (tables [T', hs/2], T' >= T). */
+void st_rope_forward(float *x, int ld, const float *cs, const float *sn, int B, int T, int NH,
+                     int hs);
+/* The backward of the above on a gradient dx (same layout): the inverse rotation, in place. */
+void st_rope_backward(float *dx, int ld, const float *cs, const float *sn, int B, int T, int NH,
+                      int hs);
+
 /* out[n] += inp[n]. */
 void st_add_inplace(float *out, const float *inp, size_t n);
 
 /* Causal multi-head attention on packed qkv[B,T,3C] (q | k | v, head h at columns h*hs..):
- * att[B,NH,T,T] = softmax(q k^T / sqrt(hs)) with the upper triangle zero; out[B,T,C] = att v. */
-void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+ * att[B,NH,T,T] = softmax(q k^T / sqrt(hs)) over the keys each query attends, (t - window, t]
+ * (window 0: [0, t]); out[B,T,C] = att v. Only the blocks of att the kernel computes are written
+ * (see attention.c); backward reads no other. */
+void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                          int window);
 /* dqkv[B,T,3C] is WRITTEN; scratch holds T*T floats. */
 void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH);
+                           const float *att, int B, int T, int C, int NH, int window);
 
 /* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
  * the mean loss (summed in double). */

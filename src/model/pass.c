@@ -77,32 +77,82 @@ static int block_seg(const strata_gpt_t *m, int l)
     return m->seg_block0 + m->blk[l];
 }
 
+/* The configured norm (LayerNorm or RMSNorm; b ST_AT's NULL for RMSNorm) of R rows of x into out. */
+static void norm_forward(const strata_gpt_t *m, float *out, float *mean, float *rstd, const float *x,
+                         const float *w, const float *b, int R)
+{
+    const strata_gpt_config_t *c = &m->cfg;
+    if (c->norm == STRATA_GPT_NORM_RMSNORM)
+        st_rmsnorm_forward(out, rstd, x, w, R, c->d_model, c->ln_eps);
+    else
+        st_layernorm_forward(out, mean, rstd, x, w, b, R, c->d_model, c->ln_eps);
+}
+
+static void norm_backward(const strata_gpt_t *m, float *dx, float *dw, float *db, const float *dout,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int R)
+{
+    if (m->cfg.norm == STRATA_GPT_NORM_RMSNORM)
+        st_rmsnorm_backward(dx, dw, dout, x, w, rstd, R, m->cfg.d_model);
+    else
+        st_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, R, m->cfg.d_model);
+}
+
+/* RoPE on the q and k heads of qkv (N rows, this rank's heads: q's then k's, adjacent), or its
+ * backward on their gradients. */
+static void rope(const strata_gpt_t *m, float *qkv, int B, int T, bool backward)
+{
+    if (m->cfg.pos != STRATA_GPT_POS_ROPE)
+        return;
+    int hs = m->cfg.d_model / m->cfg.n_head;
+    if (backward)
+        st_rope_backward(qkv, 3 * m->Cl, m->rope_cos, m->rope_sin, B, T, 2 * m->NHl, hs);
+    else
+        st_rope_forward(qkv, 3 * m->Cl, m->rope_cos, m->rope_sin, B, T, 2 * m->NHl, hs);
+}
+
+/* The MLP's input: ln2's output, or ln1's in the parallel block. */
+static const float *mlp_input(const strata_gpt_t *m, const block_acts_t *a)
+{
+    return m->cfg.parallel ? a->ln1 : a->ln2;
+}
+
 static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p,
                                      const float *x, int B, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
-    st_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o->ln1w, p + o->ln1b, R, C,
-                         c->ln_eps);
-    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, p + o->qkvb, N, C, 3 * Cl));
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o->ln1w, ST_AT(p, o->ln1b), R);
+    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl));
+    rope(m, a->qkv, B, T, false);
     st_model_progress(m);
-    st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl);
+    st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, c->window);
     st_model_progress(m);
-    ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, p + o->projb, x, N, Cl, C));
-    st_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p + o->ln2w, p + o->ln2b, R,
-                         C, c->ln_eps);
-    ST_TRY(st_tp_column_forward(m, a->fch, a->ln2, p + o->fcw, NULL, N, C, Fl));
+    ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, ST_AT(p, o->projb), x, N, Cl, C));
+    if (!c->parallel) // the parallel block's MLP reads ln1 too, and adds to res1 = x + attn
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p + o->ln2w, ST_AT(p, o->ln2b),
+                     R);
+    // GeLU with a bias: the bias rides the GeLU's pass (st_bias_gelu_forward), not the product's.
+    const float *fcb = ST_AT(p, o->fcb);
+    bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && fcb;
+    ST_TRY(st_tp_column_forward(m, a->fch, mlp_input(m, a), p + o->fcw, fused ? NULL : fcb, N, C,
+                                m->Gl));
     st_model_progress(m);
-    st_bias_gelu_forward(a->fch, a->fch_gelu, p + o->fcb, N, Fl);
-    return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, p + o->fc2b, a->res1, N, Fl, C);
+    if (c->mlp == STRATA_GPT_MLP_SWIGLU)
+        st_swiglu_forward(a->fch_gelu, a->fch, N, Fl);
+    else if (fused)
+        st_bias_gelu_forward(a->fch, a->fch_gelu, fcb, N, Fl);
+    else
+        st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
+    return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, ST_AT(p, o->fc2b), a->res1, N,
+                             Fl, C);
 }
 
 static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p,
                                           const float *x, int R)
 {
-    st_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, p + m->lnfw, p + m->lnfb, R,
-                         m->cfg.d_model, m->cfg.ln_eps);
+    norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, p + m->lnfw, ST_AT(p, m->lnfb), R);
     return STRATA_OK;
 }
 
@@ -171,7 +221,7 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
     if (embed) {
         strata_trace_begin("compute", "embed.fwd");
         WITH_SEG(m, 0, false, p,
-                 st_tp_embed_forward(m, sl->encoded, sl->tokens, p + m->wte, p + m->wpe, B, T));
+                 st_tp_embed_forward(m, sl->encoded, sl->tokens, p + m->wte, ST_AT(p, m->wpe), B, T));
         strata_trace_end("compute", "embed.fwd");
     } else {
         memcpy(sl->encoded, input, (size_t)R * C * sizeof(float));
@@ -231,32 +281,47 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
     bool split = m->shard.split_backward;
-    int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
+    int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl, Gl = m->Gl;
     // d(res2) flows unchanged into d(res1) through the residual; the MLP adds to it.
-    ST_TRY(st_tp_row_backward(m, m->dfch, split ? NULL : g + o->fc2w, g + o->fc2b, m->dres,
+    ST_TRY(st_tp_row_backward(m, m->dact, split ? NULL : g + o->fc2w, ST_AT(g, o->fc2b), m->dres,
                               a->fch_gelu, p + o->fc2w, N, Fl, C, a->dfc2));
     st_model_progress(m);
-    st_gelu_bias_backward(m->dfch, g + o->fcb, a->fch, m->dfch, N, Fl);
+    // GeLU with a bias: its gradient is summed in the GeLU's pass (st_gelu_bias_backward).
+    float *dfcb = ST_AT(g, o->fcb);
+    bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && dfcb;
+    if (c->mlp == STRATA_GPT_MLP_SWIGLU)
+        st_swiglu_backward(m->dfch, a->fch, m->dact, N, Fl);
+    else if (fused)
+        st_gelu_bias_backward(m->dfch, dfcb, a->fch, m->dact, N, Fl);
+    else
+        st_gelu_backward(m->dfch, a->fch, m->dact, (size_t)N * Fl);
     if (split)
-        memcpy(a->dfc, m->dfch, (size_t)N * Fl * sizeof(float));
-    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->fcw, NULL, m->dfch,
-                                 a->ln2, p + o->fcw, N, C, Fl));
+        memcpy(a->dfc, m->dfch, (size_t)N * Gl * sizeof(float));
+    // The parallel block keeps the MLP's d(ln1) for after the attention's; else d(ln2) -> dres.
+    float *dmlp = c->parallel ? m->dln : m->dbuf;
+    ST_TRY(st_tp_column_backward(m, dmlp, split ? NULL : g + o->fcw, fused ? NULL : dfcb, m->dfch,
+                                 mlp_input(m, a), p + o->fcw, N, C, Gl));
     st_model_progress(m);
-    st_layernorm_backward(m->dres, g + o->ln2w, g + o->ln2b, m->dbuf, a->res1, p + o->ln2w,
-                          a->ln2_mean, a->ln2_rstd, R, C);
+    if (!c->parallel)
+        norm_backward(m, m->dres, g + o->ln2w, ST_AT(g, o->ln2b), m->dbuf, a->res1, p + o->ln2w,
+                      a->ln2_mean, a->ln2_rstd, R);
     // dres now holds d(res1); it flows unchanged into d(x), the attention adds to it.
-    ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, g + o->projb, m->dres,
+    ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, ST_AT(g, o->projb), m->dres,
                               a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
-    st_attention_backward(m->dqkv, m->dscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl);
+    st_attention_backward(m->dqkv, m->dscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl,
+                          c->window);
+    rope(m, m->dqkv, B, T, true);
     st_model_progress(m);
     if (split)
         memcpy(a->dqkv, m->dqkv, (size_t)N * 3 * Cl * sizeof(float));
-    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->qkvw, g + o->qkvb, m->dqkv,
+    ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->qkvw, ST_AT(g, o->qkvb), m->dqkv,
                                  a->ln1, p + o->qkvw, N, C, 3 * Cl));
     st_model_progress(m);
-    st_layernorm_backward(m->dres, g + o->ln1w, g + o->ln1b, m->dbuf, x, p + o->ln1w, a->ln1_mean,
-                          a->ln1_rstd, R, C);
+    if (c->parallel)
+        st_add_inplace(m->dbuf, m->dln, (size_t)R * C);
+    norm_backward(m, m->dres, g + o->ln1w, ST_AT(g, o->ln1b), m->dbuf, x, p + o->ln1w, a->ln1_mean,
+                  a->ln1_rstd, R);
     return STRATA_OK;
 }
 
@@ -266,10 +331,13 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
     const block_layout_t *o = &m->bl;
     int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
     st_matmul_backward_weight(g + o->fc2w, NULL, a->dfc2, a->fch_gelu, N, Fl, C);
-    ST_TRY(st_tp_column_weight(m, g + o->fcw, NULL, a->dfc, a->ln2, N, C, Fl));
+    // GeLU with a bias: block_backward summed its gradient already (st_gelu_bias_backward).
+    float *fcb_grad = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? ST_AT(g, o->fcb) : NULL;
+    ST_TRY(st_tp_column_weight(m, g + o->fcw, fcb_grad, a->dfc, mlp_input(m, a), N, C,
+                               m->Gl));
     st_model_progress(m);
     st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
-    return st_tp_column_weight(m, g + o->qkvw, g + o->qkvb, a->dqkv, a->ln1, N, C, 3 * Cl);
+    return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C, 3 * Cl);
 }
 
 static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
@@ -283,8 +351,8 @@ static strata_status_t final_norm_backward(strata_gpt_t *m, slot_t *sl, const fl
 {
     float *g = m->grads + m->seg_off[m->seg_final];
     memset(m->dres, 0, (size_t)R * m->cfg.d_model * sizeof(float));
-    st_layernorm_backward(m->dres, g + m->lnfw, g + m->lnfb, m->dbuf, x, p + m->lnfw, sl->lnf_mean,
-                          sl->lnf_rstd, R, m->cfg.d_model);
+    norm_backward(m, m->dres, g + m->lnfw, ST_AT(g, m->lnfb), m->dbuf, x, p + m->lnfw, sl->lnf_mean,
+                  sl->lnf_rstd, R);
     return STRATA_OK;
 }
 
@@ -335,8 +403,8 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         return STRATA_OK; // dres: the gradient of the chunk's input
     strata_trace_begin("compute", "embed.bwd");
     WITH_SEG(m, 0, true, p,
-             st_tp_embed_backward(m, m->grads + m->wte, m->grads + m->wpe, m->dres, sl->tokens, B,
-                                  T));
+             st_tp_embed_backward(m, m->grads + m->wte, ST_AT(m->grads, m->wpe), m->dres,
+                                  sl->tokens, B, T));
     strata_trace_end("compute", "embed.bwd");
     if (ready)
         ST_TRY(grad_ready(m, 0));

@@ -5,7 +5,9 @@
  * the export is renaming and one transpose: GPT-2 keeps its projections in Conv1D layout, [in, out]
  * (y = x W + b), where strata keeps PyTorch nn.Linear's [out, in]. The tied head is not written (as
  * save_pretrained leaves it out: transformers ties lm_head.weight to transformer.wte.weight). A tensor
- * this mapping does not know is refused, so a model GPT-2 cannot express never exports half-right.
+ * this mapping does not know is refused, so a model GPT-2 cannot express never exports half-right;
+ * so is a model option GPT-2 has no place for although its tensors keep GPT-2's names (the parallel
+ * block, a sliding window, and the Llama shape: RMSNorm, SwiGLU, RoPE, no biases).
  * Reading a checkpoint into a model is the caller's (strata export assembles any layout first). */
 #include <errno.h>
 #include <inttypes.h>
@@ -113,6 +115,18 @@ strata_status_t strata_export_hf_gpt2(strata_gpt_t *m, const char *dir)
     if (sh->tp != 1 || strata_model_nparams(m) != strata_model_full_nparams(m))
         return st_error(STRATA_ERR_INVALID_ARG, "export: the HuggingFace layout needs the whole "
                         "model, not a tensor-parallel part or a pipeline stage (assemble it first)");
+    const strata_gpt_config_t *mc = strata_model_config(m);
+    const char *opt = mc->parallel                            ? "the parallel block"
+                      : mc->window > 0                        ? "sliding-window attention"
+                      : mc->norm != STRATA_GPT_NORM_LAYERNORM ? "RMSNorm"
+                      : mc->mlp != STRATA_GPT_MLP_GELU        ? "SwiGLU"
+                      : mc->pos != STRATA_GPT_POS_LEARNED     ? "RoPE"
+                      : mc->no_bias                           ? "linear layers without biases"
+                                                              : NULL;
+    if (opt)
+        return st_error(STRATA_ERR_UNSUPPORTED, "export: the model uses %s, which HuggingFace's "
+                        "GPT-2 (GPT2LMHeadModel) cannot express: not exported (strata's own "
+                        "format, strata export without --format hf, keeps every option)", opt);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return st_error_errno(STRATA_ERR_IO, errno, "export: cannot create %s", dir);
     int n = strata_model_ntensors(m);

@@ -14,7 +14,8 @@
  *     element of every tensor held exactly once over the shards (ZeRO ranges, TP parts, stages);
  *   - a run that checkpoints at step 10 in one layout and resumes in another (another TP, DP and
  *     ZeRO stage) reproduces the uninterrupted run's losses of steps 11-20 and its parameters.
- * Plus LAMB under TP (its per-tensor norms count a replicated tensor once), and the refusals. */
+ * Plus LAMB under TP (its per-tensor norms count a replicated tensor once), the model options under
+ * ZeRO 3, TP 2 and PP 2, and the refusals. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ typedef struct layout {
     int pp, vp, resume_pp;                /* 0: 1 */
     strata_schedule_t schedule;
     int layers;                           /* 0: 2 */
+    const strata_gpt_config_t *opts;      /* the model options (NULL: GPT-2's shape) */
 } layout_t;
 
 typedef struct ctx {
@@ -50,10 +52,10 @@ typedef struct ctx {
 
 static char data_path[256];
 
-static strata_train_config_t config(bool lamb, int layers)
+static strata_train_config_t config(bool lamb, int layers, const strata_gpt_config_t *opts)
 {
     strata_train_config_t c = strata_train_config_default();
-    c.model = strata_gpt_config_default();
+    c.model = opts ? *opts : strata_gpt_config_default();
     c.model.vocab = 256;
     c.model.max_seq = 16;
     c.model.n_layer = layers ? layers : 2;
@@ -169,7 +171,7 @@ static int run_layout(int rank, int n, void *arg)
 {
     ctx_t *x = arg;
     const layout_t *l = x->lay;
-    strata_train_config_t c = config(l->lamb, l->layers);
+    strata_train_config_t c = config(l->lamb, l->layers, l->opts);
     c.tp = x->resuming ? l->resume_tp : l->tp;
     c.pp = ST_PP(x->resuming ? l->resume_pp : l->pp);
     c.vp = c.pp > 1 && l->vp ? l->vp : 1;
@@ -228,9 +230,10 @@ static int run_layout(int rank, int n, void *arg)
 }
 
 /* The one-process run: losses of every step and the final parameters. */
-static void reference(bool lamb, int layers, float *losses, float **params, float **init, size_t *P)
+static void reference(bool lamb, int layers, const strata_gpt_config_t *opts, float *losses,
+                      float **params, float **init, size_t *P)
 {
-    strata_train_config_t c = config(lamb, layers);
+    strata_train_config_t c = config(lamb, layers, opts);
     strata_trainer_t *t = NULL;
     assert_int_equal(strata_trainer_create(&c, &t), STRATA_OK);
     strata_gpt_t *m = strata_trainer_model(t);
@@ -248,7 +251,7 @@ static void check(const layout_t *ls, size_t count, bool lamb)
     float losses[STEPS];
     float *params = NULL, *init = NULL;
     size_t P = 0;
-    reference(lamb, ls[0].layers, losses, &params, &init, &P);
+    reference(lamb, ls[0].layers, ls[0].opts, losses, &params, &init, &P);
     for (size_t i = 0; i < count; i++) {
         const layout_t *l = &ls[i];
         ctx_t x = {.lay = l, .ref_losses = losses, .ref_params = params, .init_params = init,
@@ -280,12 +283,12 @@ static void test_layouts_2_4(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {2, 2, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {2, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
-        {4, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
-        {4, 2, 0, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  {4, 2, 1, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
-        {4, 2, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 2, 3, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {2, 2, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {2, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
+        {4, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {4, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
+        {4, 2, 0, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},  {4, 2, 1, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
+        {4, 2, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {4, 2, 3, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
         // data parallel alone (the shards' records of ZeRO ranges)
-        {2, 1, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 1, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {2, 1, 2, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {4, 1, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -294,8 +297,8 @@ static void test_layouts_8(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {8, 2, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {8, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
-        {8, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  {8, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0},
+        {8, 2, 3, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {8, 4, 2, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
+        {8, 2, 1, true, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},  {8, 4, 0, false, false, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -303,7 +306,7 @@ static void test_layouts_8(void **state)
 static void test_lamb(void **state)
 {
     (void)state;
-    const layout_t ls[] = {{4, 2, 1, true, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, {4, 4, 0, false, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}};
+    const layout_t ls[] = {{4, 2, 1, true, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, {4, 4, 0, false, true, 0, 0, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}};
     check(ls, sizeof ls / sizeof ls[0], true);
 }
 
@@ -311,15 +314,15 @@ static void test_resume_across_tp(void **state)
 {
     (void)state;
     const layout_t ls[] = {
-        {4, 2, 1, false, false, 4, 4, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, // TP 2 x DP 2, ZeRO-1 -> TP 4, ZeRO-0
-        {4, 4, 0, true, false, 4, 1, 3, 0, 0, 0, STRATA_SCHED_GPIPE, 0},  // TP 4 (SP) -> DP 4, ZeRO-3
-        {2, 1, 2, false, false, 4, 2, 2, 0, 0, 0, STRATA_SCHED_GPIPE, 0}, // DP 2 -> TP 2 x DP 2
+        {4, 2, 1, false, false, 4, 4, 0, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, // TP 2 x DP 2, ZeRO-1 -> TP 4, ZeRO-0
+        {4, 4, 0, true, false, 4, 1, 3, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL},  // TP 4 (SP) -> DP 4, ZeRO-3
+        {2, 1, 2, false, false, 4, 2, 2, 0, 0, 0, STRATA_SCHED_GPIPE, 0, NULL}, // DP 2 -> TP 2 x DP 2
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
 
 /* Pipelines of a 4-layer model: every schedule, with TP and DP. */
-#define PPL(n, tp, pp, vp, sched, zero) {n, tp, zero, false, false, 0, 0, 0, pp, vp, 0, sched, 4}
+#define PPL(n, tp, pp, vp, sched, zero) {n, tp, zero, false, false, 0, 0, 0, pp, vp, 0, sched, 4, NULL}
 
 static void test_pipeline_2(void **state)
 {
@@ -350,8 +353,44 @@ static void test_resume_across_pp(void **state)
     (void)state;
     const layout_t ls[] = {
         // PP 2 (1F1B) x DP 2 -> TP 2 x DP 2 without a pipeline; PP 4 (ZB-H1) -> PP 2 x TP 2.
-        {4, 1, 1, false, false, 4, 2, 0, 2, 1, 1, STRATA_SCHED_1F1B, 4},
-        {4, 1, 0, false, false, 4, 2, 1, 4, 1, 2, STRATA_SCHED_ZB_H1, 4},
+        {4, 1, 1, false, false, 4, 2, 0, 2, 1, 1, STRATA_SCHED_1F1B, 4, NULL},
+        {4, 1, 0, false, false, 4, 2, 1, 4, 1, 2, STRATA_SCHED_ZB_H1, 4, NULL},
+    };
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+/* The model options (docs/train.md) under ZeRO 3, TP 2 with sequence parallelism and PP 2 against
+ * the one-process run of the same options, 4 layers: the parallel block with a sliding window of 5
+ * (of 16 positions), and the Llama shape (RMSNorm, SwiGLU, RoPE, no biases), the latter also
+ * resumed from a TP 2 x PP 2 checkpoint as data parallel ZeRO 3. */
+#define OPT(n, tp, sp, pp, zero, opts) {n, tp, zero, sp, false, 0, 0, 0, pp, 1, 0, STRATA_SCHED_1F1B, 4, opts}
+
+static strata_gpt_config_t model_with(bool llama, bool parallel, int window)
+{
+    strata_gpt_config_t c = strata_gpt_config_default();
+    if (llama)
+        strata_gpt_config_llama(&c);
+    c.parallel = parallel;
+    c.window = window;
+    return c;
+}
+
+static void test_options_parallel_swa(void **state)
+{
+    (void)state;
+    strata_gpt_config_t o = model_with(false, true, 5);
+    const layout_t ls[] = {OPT(2, 1, false, 0, 3, &o), OPT(2, 2, true, 0, 0, &o),
+                           OPT(2, 1, false, 2, 0, &o)};
+    check(ls, sizeof ls / sizeof ls[0], false);
+}
+
+static void test_options_llama(void **state)
+{
+    (void)state;
+    strata_gpt_config_t o = model_with(true, false, 0);
+    const layout_t ls[] = {
+        OPT(2, 1, false, 0, 3, &o), OPT(2, 2, true, 0, 0, &o), OPT(2, 1, false, 2, 0, &o),
+        {4, 2, 1, false, false, 2, 1, 3, 2, 1, 0, STRATA_SCHED_1F1B, 4, &o},
     };
     check(ls, sizeof ls / sizeof ls[0], false);
 }
@@ -370,7 +409,7 @@ static int run_harvest(int rank, int n, void *arg)
 {
     (void)n;
     harvest_run_t *h = arg;
-    strata_train_config_t c = config(false, 4);
+    strata_train_config_t c = config(false, 4, NULL);
     c.pp = 2;
     c.steps = 10;
     c.micro_batch = 1;
@@ -491,7 +530,7 @@ static int kill_mid_pipeline(int rank, int n, void *arg)
 {
     (void)n;
     const layout_t *l = arg;
-    strata_train_config_t c = config(false, l->layers);
+    strata_train_config_t c = config(false, l->layers, NULL);
     c.tp = l->tp;
     c.pp = l->pp;
     c.schedule = l->schedule;
@@ -535,7 +574,7 @@ static int refuse(int rank, int n, void *arg)
 {
     (void)rank, (void)n;
     const char *want = arg;
-    strata_train_config_t c = config(false, 0);
+    strata_train_config_t c = config(false, 0, NULL);
     c.tp = strcmp(want, "heads") == 0 ? 8 : 2;
     if (strcmp(want, "vocab") == 0) {
         c.tp = 2;
@@ -593,6 +632,8 @@ int main(void)
         cmocka_unit_test(test_pipeline_2),
         cmocka_unit_test(test_pipeline_3d),
         cmocka_unit_test(test_resume_across_pp),
+        cmocka_unit_test(test_options_parallel_swa),
+        cmocka_unit_test(test_options_llama),
         cmocka_unit_test(test_pipeline_kill),
         cmocka_unit_test(test_harvest_identical),
     };

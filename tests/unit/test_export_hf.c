@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char dir[64];
 
@@ -153,10 +154,36 @@ static void test_stage_refused(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Each model option GPT-2 cannot express is refused by name, and nothing is written. */
+static void test_options_refused(void **state)
+{
+    (void)state;
+    static const char *const want[] = {"the parallel block", "sliding-window attention", "RMSNorm",
+                                       "SwiGLU", "RoPE", "without biases"};
+    for (int k = 0; k < 6; k++) {
+        strata_gpt_config_t c = strata_gpt_config_default();
+        c.parallel = k == 0;
+        c.window = k == 1 ? 8 : 0;
+        c.norm = k == 2 ? STRATA_GPT_NORM_RMSNORM : STRATA_GPT_NORM_LAYERNORM;
+        c.mlp = k == 3 ? STRATA_GPT_MLP_SWIGLU : STRATA_GPT_MLP_GELU;
+        c.pos = k == 4 ? STRATA_GPT_POS_ROPE : STRATA_GPT_POS_LEARNED;
+        c.no_bias = k == 5;
+        strata_gpt_t *m;
+        assert_int_equal(strata_model_create(&c, 1, 7, &m), STRATA_OK);
+        char out[128];
+        snprintf(out, sizeof out, "%s/opt%d", dir, k);
+        assert_int_equal(strata_export_hf_gpt2(m, out), STRATA_ERR_UNSUPPORTED);
+        assert_non_null(strstr(strata_last_error(), want[k]));
+        assert_int_equal(access(out, F_OK), -1);
+        strata_model_destroy(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_transposes),
+        cmocka_unit_test(test_options_refused),
         cmocka_unit_test(test_stage_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

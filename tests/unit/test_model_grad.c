@@ -1,4 +1,6 @@
-/* Every layer's backward against central finite differences (in float, on a scalar loss
+/* Every layer's backward against central finite differences (LayerNorm, RMSNorm, linear, GELU,
+ * SwiGLU, RoPE, attention with and without a sliding window, embedding, cross-entropy, and the
+ * whole model in every option set) (in float, on a scalar loss
  * L = sum(out * R) with a fixed random R), and the optimizer contracts: a range updated in pieces
  * equals the range updated at once, bit for bit (AdamW and LAMB); the LR schedule's shape; the
  * clipping factor. */
@@ -82,6 +84,84 @@ static void test_layernorm(void **state)
     fd_check("ln.db", ln_fwd, &l, l.b, C, db, out, R, n);
     free(l.inp), free(l.w), free(l.b), free(l.mean), free(l.rstd);
     free(out), free(R), free(dinp), free(dw), free(db);
+}
+
+/* ---- rmsnorm ---- */
+typedef struct { float *inp, *w, *rstd; int N, C; } rms_t;
+static void rms_fwd(void *c, float *out)
+{
+    rms_t *l = c;
+    st_rmsnorm_forward(out, l->rstd, l->inp, l->w, l->N, l->C, 1e-5f);
+}
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    int N = 6, C = 19; // not a multiple of the reduction lanes
+    size_t n = (size_t)N * C;
+    rms_t l = {rnd(n, 1), rnd(C, 1), zeros(N), N, C};
+    float *out = zeros(n), *R = rnd(n, 1), *dinp = zeros(n), *dw = zeros(C);
+    rms_fwd(&l, out);
+    st_rmsnorm_backward(dinp, dw, R, l.inp, l.w, l.rstd, N, C);
+    fd_check("rms.dinp", rms_fwd, &l, l.inp, n, dinp, out, R, n);
+    fd_check("rms.dw", rms_fwd, &l, l.w, C, dw, out, R, n);
+    free(l.inp), free(l.w), free(l.rstd), free(out), free(R), free(dinp), free(dw);
+}
+
+/* ---- swiglu ---- */
+typedef struct { float *gu; int N, F; } sw_t;
+static void sw_fwd(void *c, float *out)
+{
+    sw_t *g = c;
+    st_swiglu_forward(out, g->gu, g->N, g->F);
+}
+static void test_swiglu(void **state)
+{
+    (void)state;
+    int N = 4, F = 9;
+    size_t nin = (size_t)N * 2 * F, nout = (size_t)N * F;
+    sw_t g = {rnd(nin, 3), N, F};
+    float *out = zeros(nout), *R = rnd(nout, 1), *d = rnd(nin, 1); // written, not accumulated
+    st_swiglu_backward(d, g.gu, R, N, F);
+    fd_check("swiglu", sw_fwd, &g, g.gu, nin, d, out, R, nout);
+    free(g.gu), free(out), free(R), free(d);
+}
+
+/* ---- rope ---- */
+typedef struct { float *x, *work, *cs, *sn; int B, T, ld, NH, hs; } rp_t;
+static void rp_fwd(void *c, float *out)
+{
+    rp_t *r = c;
+    size_t n = (size_t)r->B * r->T * r->ld;
+    memcpy(out, r->x, n * sizeof(float));
+    st_rope_forward(out, r->ld, r->cs, r->sn, r->B, r->T, r->NH, r->hs);
+}
+static void test_rope(void **state)
+{
+    (void)state;
+    // 2 heads of 6 columns inside rows of 15 (the rest untouched), 5 positions.
+    rp_t r = {.B = 2, .T = 5, .ld = 15, .NH = 2, .hs = 6};
+    size_t n = (size_t)r.B * r.T * r.ld, half = 3;
+    r.x = rnd(n, 1);
+    r.cs = zeros((size_t)r.T * half);
+    r.sn = zeros((size_t)r.T * half);
+    for (int t = 0; t < r.T; t++)
+        for (size_t i = 0; i < half; i++) {
+            double a = t * pow(10000.0, -2.0 * (double)i / r.hs);
+            r.cs[t * half + i] = (float)cos(a);
+            r.sn[t * half + i] = (float)sin(a);
+        }
+    float *out = zeros(n), *R = rnd(n, 1), *d = zeros(n);
+    memcpy(d, R, n * sizeof(float));
+    st_rope_backward(d, r.ld, r.cs, r.sn, r.B, r.T, r.NH, r.hs);
+    fd_check("rope", rp_fwd, &r, r.x, n, d, out, R, n);
+    // Position 0 is the identity; the columns past the heads stay as they were.
+    rp_fwd(&r, out);
+    for (int k = 0; k < r.ld; k++)
+        assert_float_equal(out[k], r.x[k], 0);
+    for (size_t row = 0; row < (size_t)r.B * r.T; row++)
+        for (int k = r.NH * r.hs; k < r.ld; k++)
+            assert_float_equal(out[row * r.ld + k], r.x[row * r.ld + k], 0);
+    free(r.x), free(r.cs), free(r.sn), free(out), free(R), free(d);
 }
 
 /* ---- matmul ---- */
@@ -168,16 +248,17 @@ static void test_bias_gelu(void **state)
 }
 
 /* ---- attention ---- */
-typedef struct { float *qkv, *att; int B, T, C, NH; } at_t;
+typedef struct { float *qkv, *att; int B, T, C, NH, W; } at_t;
 static void at_fwd(void *c, float *out)
 {
     at_t *a = c;
-    st_attention_forward(out, a->att, a->qkv, a->B, a->T, a->C, a->NH);
+    st_attention_forward(out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->W);
 }
 /* Plain-loop causal attention in double, forward (out) and backward (dqkv, written) for the output
- * gradient d: the reference the blocked kernel must match element by element. */
+ * gradient d: the reference the blocked kernel must match element by element. Query i attends keys
+ * [lo, i], lo = max(0, i - W + 1) with a window W, else 0. */
 static void attention_ref(float *out, float *dqkv, const float *qkv, const float *d, int B, int T,
-                          int C, int NH)
+                          int C, int NH, int W)
 {
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs), *p = malloc((size_t)T * sizeof(double));
@@ -188,18 +269,19 @@ static void attention_ref(float *out, float *dqkv, const float *qkv, const float
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
+                int lo = W > 0 && i >= W ? i - W + 1 : 0;
                 double mx = -INFINITY, sum = 0, dot = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     double s = 0;
                     for (int e = 0; e < hs; e++)
                         s += (double)Q(i)[e] * Q(j)[C + e];
                     p[j] = s * scale;
                     mx = p[j] > mx ? p[j] : mx;
                 }
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     sum += (p[j] = exp(p[j] - mx));
                 const float *di = d + ((size_t)b * T + i) * C + h * hs;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     p[j] /= sum;
                     dp[j] = 0;
                     for (int e = 0; e < hs; e++) {
@@ -210,11 +292,11 @@ static void attention_ref(float *out, float *dqkv, const float *qkv, const float
                 }
                 for (int e = 0; e < hs; e++) {
                     double acc = 0;
-                    for (int j = 0; j <= i; j++)
+                    for (int j = lo; j <= i; j++)
                         acc += p[j] * Q(j)[2 * C + e];
                     out[((size_t)b * T + i) * C + h * hs + e] = (float)acc;
                 }
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     double ds = p[j] * (dp[j] - dot) * scale;
                     for (int e = 0; e < hs; e++) {
                         DQ(i)[e] += (float)(ds * Q(j)[C + e]);
@@ -235,15 +317,20 @@ static void expect_near(const char *what, int T, const float *got, const float *
                      (double)want[i]);
 }
 
-static void check_attention(int B, int T, int C, int NH)
+static void check_attention(int B, int T, int C, int NH, int W)
 {
     size_t nq = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-    at_t a = {rnd(nq, 1), zeros((size_t)B * NH * T * T), B, T, C, NH};
+    at_t a = {rnd(nq, 1), zeros((size_t)B * NH * T * T), B, T, C, NH, W};
     float *out = zeros(nout), *R = rnd(nout, 1), *dqkv = zeros(nq), *scratch = zeros((size_t)T * T);
     float *ref = zeros(nout), *dref = zeros(nq);
+    // The kernels read only the blocks they write: poison the rest of att and the scratch.
+    for (size_t i = 0; i < (size_t)B * NH * T * T; i++)
+        a.att[i] = NAN;
+    for (size_t i = 0; i < (size_t)T * T; i++)
+        scratch[i] = NAN;
     at_fwd(&a, out);
-    st_attention_backward(dqkv, scratch, R, a.qkv, a.att, B, T, C, NH);
-    attention_ref(ref, dref, a.qkv, R, B, T, C, NH);
+    st_attention_backward(dqkv, scratch, R, a.qkv, a.att, B, T, C, NH, W);
+    attention_ref(ref, dref, a.qkv, R, B, T, C, NH, W);
     expect_near("attn.out", T, out, ref, nout);
     expect_near("attn.dqkv", T, dqkv, dref, nq);
     fd_check("attn.dqkv", at_fwd, &a, a.qkv, nq, dqkv, out, R, nout);
@@ -254,10 +341,17 @@ static void check_attention(int B, int T, int C, int NH)
 static void test_attention(void **state)
 {
     (void)state;
-    check_attention(2, 5, 8, 2);
+    check_attention(2, 5, 8, 2, 0);
     // Longer than the kernel's query-row block (64) with a partial last block: the blocked
     // products and the key-column pass of backward cross block boundaries.
-    check_attention(1, 133, 8, 2);
+    check_attention(1, 133, 8, 2, 0);
+    // Sliding windows: shorter than a block (whole key blocks skipped, the window's start inside a
+    // block), longer than one, one key (each query itself), and one longer than the sequence.
+    check_attention(2, 5, 8, 2, 2);
+    check_attention(1, 200, 8, 2, 10);
+    check_attention(1, 200, 8, 2, 70);
+    check_attention(1, 133, 8, 2, 1);
+    check_attention(1, 20, 8, 2, 64);
 }
 
 /* ---- encoder ---- */
@@ -298,11 +392,11 @@ static void test_xent(void **state)
 }
 
 /* ---- whole model (FD on a few parameters of every tensor) ---- */
-static void test_model_fd(void **state)
+static void model_fd(const strata_gpt_config_t *opts)
 {
-    (void)state;
-    strata_gpt_config_t cfg = {.vocab = 32, .max_seq = 6, .n_layer = 2, .n_head = 2, .d_model = 8,
-                               .d_ff = 0, .ln_eps = 1e-5f, .init_std = 0.3f};
+    strata_gpt_config_t cfg = *opts;
+    cfg.vocab = 32, cfg.max_seq = 6, cfg.n_layer = 2, cfg.n_head = 2, cfg.d_model = 8;
+    cfg.ln_eps = 1e-5f, cfg.init_std = 0.3f;
     strata_gpt_t *m;
     assert_int_equal(strata_model_create(&cfg, 2, 7, &m), STRATA_OK);
     int32_t tok[12], tgt[12];
@@ -335,6 +429,20 @@ static void test_model_fd(void **state)
     }
     free(g);
     strata_model_destroy(m);
+}
+
+static void test_model_fd(void **state)
+{
+    (void)state;
+    strata_gpt_config_t gpt2 = {0}, par = {.parallel = true, .window = 3}, llama = {0};
+    strata_gpt_config_llama(&llama);
+    strata_gpt_config_t all = llama;
+    all.parallel = true;
+    all.window = 2;
+    model_fd(&gpt2);
+    model_fd(&par);
+    model_fd(&llama);
+    model_fd(&all);
 }
 
 /* ---- optimizers ---- */
@@ -435,7 +543,9 @@ static void test_schedule_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm), cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),

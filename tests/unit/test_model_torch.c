@@ -1,7 +1,10 @@
-/* The model against PyTorch: tests/fixtures/model/gpt_small.safetensors (made by
- * tests/fixtures/make_model_fixtures.py with Debian's python3-torch) holds a small GPT's parameters,
- * a batch, and PyTorch's logits, loss and every gradient. strata must reproduce them within float
- * tolerances, with and without parameter hooks (which must be called in the documented order). */
+/* The model against PyTorch: tests/fixtures/model/gpt_*.safetensors (made by
+ * tests/fixtures/make_model_fixtures.py with Debian's python3-torch) hold a small GPT's parameters,
+ * a batch, and PyTorch's logits, loss and every gradient, one file per option set (GPT-2's shape;
+ * the parallel block with sliding-window attention; the Llama shape: RMSNorm, SwiGLU, RoPE, no
+ * biases). strata must hold exactly the fixture's tensors by name and shape and reproduce them
+ * within float tolerances, with and without parameter hooks (which must be called in the documented
+ * order). */
 #include "harness/st_test.h"
 #include "strata/model.h"
 #include "strata/train.h"
@@ -13,13 +16,13 @@
 
 static char fixture[1024];
 
-static void find_fixture(void)
+static void find_fixture(const char *name)
 {
     snprintf(fixture, sizeof fixture, "%s", __FILE__);
     char *slash = strrchr(fixture, '/');
     *slash = 0;
-    strncat(fixture, "/../fixtures/model/gpt_small.safetensors",
-            sizeof fixture - strlen(fixture) - 1);
+    size_t n = strlen(fixture);
+    snprintf(fixture + n, sizeof fixture - n, "/../fixtures/model/%s.safetensors", name);
 }
 
 static void expect_close(const char *what, const float *got, const float *want, size_t n,
@@ -45,9 +48,9 @@ typedef struct fx {
     int B, T;
 } fx_t;
 
-static void fx_open(fx_t *f)
+static void fx_open(fx_t *f, const char *name)
 {
-    find_fixture();
+    find_fixture(name);
     assert_int_equal(strata_ckpt_open(fixture, &f->ck), STRATA_OK);
     strata_gpt_config_t cfg = strata_gpt_config_default();
     assert_int_equal(strata_gpt_config_from_json(strata_ckpt_meta(f->ck)->config, fixture, &cfg),
@@ -55,6 +58,9 @@ static void fx_open(fx_t *f)
     f->B = 2;
     f->T = 8;
     assert_int_equal(strata_model_create(&cfg, f->B, 1, &f->m), STRATA_OK);
+    // The fixture holds each tensor, its gradient, and tokens, targets, logits, loss: no tensor
+    // torch has and strata lacks (or the reverse, checked by the loads below).
+    assert_int_equal(strata_ckpt_ntensors(f->ck), 2 * strata_model_ntensors(f->m) + 4);
     float *P = strata_model_param_arena(f->m);
     for (int i = 0; i < strata_model_ntensors(f->m); i++) {
         const strata_tensor_info_t *t = strata_model_tensor(f->m, i);
@@ -99,14 +105,48 @@ static void fx_close(fx_t *f)
     strata_ckpt_close(f->ck);
 }
 
-static void test_matches_torch(void **state)
+static void matches_torch(const char *name)
 {
-    (void)state;
     fx_t f;
-    fx_open(&f);
+    fx_open(&f, name);
     fx_check(&f);
     // A second pass gives the same (backward overwrites, it does not accumulate).
     fx_check(&f);
+    fx_close(&f);
+}
+
+static void test_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("gpt_small");
+}
+
+static void test_parallel_swa_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("gpt_parallel_swa");
+    const strata_gpt_config_t *c = NULL;
+    fx_t f;
+    fx_open(&f, "gpt_parallel_swa");
+    c = strata_model_config(f.m);
+    assert_true(c->parallel);
+    assert_int_equal(c->window, 3);
+    assert_int_equal(strata_model_find_tensor(f.m, "h.0.ln2.weight"), -1);
+    fx_close(&f);
+}
+
+static void test_llama_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("gpt_llama");
+    fx_t f;
+    fx_open(&f, "gpt_llama");
+    const strata_gpt_config_t *c = strata_model_config(f.m);
+    assert_true(c->norm == STRATA_GPT_NORM_RMSNORM && c->mlp == STRATA_GPT_MLP_SWIGLU &&
+                c->pos == STRATA_GPT_POS_ROPE && c->no_bias);
+    assert_int_equal(strata_model_find_tensor(f.m, "wpe"), -1);
+    assert_int_equal(strata_model_find_tensor(f.m, "h.1.attn.qkv.bias"), -1);
+    assert_true(strata_model_find_tensor(f.m, "h.1.mlp.w3.weight") >= 0);
     fx_close(&f);
 }
 
@@ -160,7 +200,7 @@ static void test_hooks(void **state)
 {
     (void)state;
     fx_t f;
-    fx_open(&f);
+    fx_open(&f, "gpt_small");
     hook_log_t h = {.m = f.m, .fail_at = -1};
     h.copy = calloc(strata_model_nparams(f.m), sizeof(float));
     strata_param_hooks_t hooks = {&h, h_acquire, h_release, h_ready};
@@ -225,6 +265,35 @@ static void test_bad_input(void **state)
     assert_int_equal(strata_model_backward(m), STRATA_ERR_INVALID_ARG);
     assert_int_equal(strata_gpt_config_from_json("{\"n_layers\": 2}", "t.json", &cfg),
                      STRATA_ERR_PARSE);
+    // The options: an unknown choice is named with the ones there are; RoPE needs even heads.
+    assert_int_equal(strata_gpt_config_from_json("{\n\"norm\": \"batchnorm\"}", "t.json", &cfg),
+                     STRATA_ERR_PARSE);
+    assert_non_null(strstr(strata_last_error(), "t.json:2: model: norm must be layernorm or "
+                                                "rmsnorm, got 'batchnorm'"));
+    cfg = strata_gpt_config_default();
+    cfg.pos = STRATA_GPT_POS_ROPE;
+    cfg.n_head = 64; // head size 1
+    assert_int_equal(strata_gpt_config_validate(&cfg), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "must be even"));
+    cfg = strata_gpt_config_default();
+    cfg.window = -1;
+    assert_int_equal(strata_gpt_config_validate(&cfg), STRATA_ERR_INVALID_ARG);
+    // Every option survives the JSON form (what checkpoints record).
+    cfg = strata_gpt_config_default();
+    strata_gpt_config_llama(&cfg);
+    cfg.parallel = true;
+    cfg.window = 5;
+    cfg.rope_theta = 500000.f;
+    char json[1024];
+    assert_true(strata_gpt_config_to_json(&cfg, json, sizeof json) > 0);
+    strata_gpt_config_t back = strata_gpt_config_default();
+    assert_int_equal(strata_gpt_config_from_json(json, "t.json", &back), STRATA_OK);
+    char again[1024];
+    assert_true(strata_gpt_config_to_json(&back, again, sizeof again) > 0);
+    assert_string_equal(again, json);
+    assert_true(back.parallel && back.window == 5 && back.no_bias &&
+                back.norm == STRATA_GPT_NORM_RMSNORM && back.mlp == STRATA_GPT_MLP_SWIGLU &&
+                back.pos == STRATA_GPT_POS_ROPE && back.rope_theta == 500000.f);
     strata_model_destroy(m);
 }
 
@@ -232,6 +301,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_torch),
+        cmocka_unit_test(test_parallel_swa_matches_torch),
+        cmocka_unit_test(test_llama_matches_torch),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_bad_input),
     };

@@ -19,6 +19,12 @@ static void usage(FILE *f)
             "usage: strata train [--config FILE.json] [options]\n"
             "  --data FILE        training text (bytes are tokens) [data/corpus/strata_tales.txt]\n"
             "  --layers N --heads N --dim N --ff N --max-seq N   model size [2 4 64 4*dim 64]\n"
+            "model options (docs/train.md; defaults: GPT-2's shape):\n"
+            "  --parallel-block   attention and MLP read one norm's output, both added (GPT-J)\n"
+            "  --window W         sliding-window attention over the last W keys [0 = full]\n"
+            "  --norm layernorm|rmsnorm  --mlp gelu|swiglu  --pos learned|rope  --no-bias\n"
+            "  --rope-theta X     RoPE base [10000]\n"
+            "  --llama            the Llama shape: --norm rmsnorm --mlp swiglu --pos rope --no-bias\n"
             "  --batch N --seq N --steps N  global batch rows, sequence length, steps [8 64 100]\n"
             "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
             "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
@@ -39,7 +45,9 @@ static void usage(FILE *f)
             "                     (a file, a pipe, a launcher's log; STRATA_PROGRESS=lines|bar\n"
             "                     chooses) [5; 0 = every step]\n"
             "SIGTERM/SIGINT: finish the step, write a final checkpoint (--ckpt-dir), exit 0;\n"
-            "a second signal kills.\n"
+            "a second signal kills.\n");
+    // Two strings: ISO C guarantees string literals of 4095 characters, no more.
+    fprintf(f,
             "data parallel (under strata launch -n N / torchrun / Slurm / mpirun, N > 1):\n"
             "  --zero 0..3        ZeRO stage [0]\n"
             "  --hpz LEVEL        ZeRO++ hpZ: secondary partition inside fabric level LEVEL (host,\n"
@@ -229,7 +237,8 @@ int cmd_train(int argc, char **argv)
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
            O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT,
-           O_PRECISION, O_HELP };
+           O_PRECISION, O_PARALLEL, O_WINDOW, O_NORM, O_MLP, O_POS, O_NOBIAS, O_THETA, O_LLAMA,
+           O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -251,6 +260,9 @@ int cmd_train(int argc, char **argv)
         {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
         {"harvest", 1, 0, O_HARVEST},   {"optimizer-in-pool", 0, 0, O_POOLOPT},
         {"precision", 1, 0, O_PRECISION},
+        {"parallel-block", 0, 0, O_PARALLEL}, {"window", 1, 0, O_WINDOW}, {"norm", 1, 0, O_NORM},
+        {"mlp", 1, 0, O_MLP},           {"pos", 1, 0, O_POS},         {"no-bias", 0, 0, O_NOBIAS},
+        {"rope-theta", 1, 0, O_THETA},  {"llama", 0, 0, O_LLAMA},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -369,6 +381,17 @@ int cmd_train(int argc, char **argv)
                 return 2;
             cfg.mem_ckpt_every = (int64_t)d;
             break;
+        case O_PARALLEL: cfg.model.parallel = true; break;
+        case O_WINDOW: INT(0, 65536, cfg.model.window); break;
+        case O_NORM:
+        case O_MLP:
+        case O_POS:
+            if (strata_gpt_config_set_choice(&cfg.model, fl, optarg) < 0)
+                return cmd_fail(NULL, "%s: %s", flag, strata_last_error());
+            break;
+        case O_NOBIAS: cfg.model.no_bias = true; break;
+        case O_THETA: FLT(1.001, 1e12, cfg.model.rope_theta); break;
+        case O_LLAMA: strata_gpt_config_llama(&cfg.model); break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
