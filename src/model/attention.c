@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "model/parallel_range.h"
 #include "model/vecmath.h"
 
 #define ATT_BLOCK 64
@@ -36,99 +37,135 @@ static inline int block_keys(int r0, int window)
     return first_key(r0, window) / ATT_BLOCK * ATT_BLOCK;
 }
 
+typedef struct att_job {
+    float *out, *att, *dqkv, *scratch;
+    const float *qkv, *dout, *patt;
+    int B, T, C, NH, window;
+} att_job_t;
+
+/* Heads [h0, h1) of the B * NH (batch row, head) pairs. */
 ST_VEC_CLONES
+static void forward_heads(void *ctx, size_t h0, size_t h1)
+{
+    const att_job_t *job = ctx;
+    int T = job->T, C = job->C, NH = job->NH, window = job->window;
+    int hs = C / NH;
+    float scale = 1.f / sqrtf((float)hs);
+    int ld = 3 * C;
+    for (size_t bh = h0; bh < h1; bh++) {
+        int b = (int)(bh / (size_t)NH), h = (int)(bh % (size_t)NH);
+        const float *q = job->qkv + (size_t)b * T * ld + h * hs;
+        const float *k = q + C;
+        const float *v = q + 2 * C;
+        float *p = job->att + ((size_t)b * NH + h) * T * T;
+        float *o = job->out + (size_t)b * T * C + h * hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
+            int k0 = block_keys(r0, window), keys = r1 - k0;
+            float *pb = p + (size_t)r0 * T + k0;
+            // p[rows, k0:r1] = scale * q[rows, hs] k[k0:r1, hs]^T
+            st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld,
+                     0.f, pb, T);
+            for (int i = r0; i < r1; i++) {
+                float *row = p + (size_t)i * T;
+                int lo = first_key(i, window), n = i + 1 - lo;
+                float mx = st_max(row + lo, n);
+                for (int j = lo; j <= i; j++)
+                    row[j] = st_exp(row[j] - mx);
+                float inv = 1.f / st_sum(row + lo, n);
+                for (int j = lo; j <= i; j++)
+                    row[j] *= inv;
+                memset(row + k0, 0, (size_t)(lo - k0) * sizeof(float));
+                memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
+            }
+            // out[rows, hs] (row stride C) = p[rows, k0:r1] v[k0:r1, hs]
+            st_sgemm(0, 0, rows, hs, keys, 1.f, pb, T, v + (size_t)k0 * ld, ld, 0.f,
+                     o + (size_t)r0 * C, C);
+        }
+    }
+}
+
+/* The (batch row, head) pairs are independent: spread over the threads, each its own products. */
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                           int window)
 {
-    int hs = C / NH;
-    float scale = 1.f / sqrtf((float)hs);
-    int ld = 3 * C;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * ld + h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *p = att + ((size_t)b * NH + h) * T * T;
-            float *o = out + (size_t)b * T * C + h * hs;
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
-                int k0 = block_keys(r0, window), keys = r1 - k0;
-                float *pb = p + (size_t)r0 * T + k0;
-                // p[rows, k0:r1] = scale * q[rows, hs] k[k0:r1, hs]^T
-                st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld,
-                         k + (size_t)k0 * ld, ld, 0.f, pb, T);
-                for (int i = r0; i < r1; i++) {
-                    float *row = p + (size_t)i * T;
-                    int lo = first_key(i, window), n = i + 1 - lo;
-                    float mx = st_max(row + lo, n);
-                    for (int j = lo; j <= i; j++)
-                        row[j] = st_exp(row[j] - mx);
-                    float inv = 1.f / st_sum(row + lo, n);
-                    for (int j = lo; j <= i; j++)
-                        row[j] *= inv;
-                    memset(row + k0, 0, (size_t)(lo - k0) * sizeof(float));
-                    memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
-                }
-                // out[rows, hs] (row stride C) = p[rows, k0:r1] v[k0:r1, hs]
-                st_sgemm(0, 0, rows, hs, keys, 1.f, pb, T, v + (size_t)k0 * ld, ld, 0.f,
-                         o + (size_t)r0 * C, C);
-            }
-        }
+    att_job_t j = {
+        .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH, .window = window};
+    st_parallel_range((size_t)B * NH, 1, forward_heads, &j);
 }
 
 ST_VEC_CLONES
-void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH, int window)
+static void backward_heads(void *ctx, size_t h0, size_t h1)
 {
+    const att_job_t *job = ctx;
+    int T = job->T, C = job->C, NH = job->NH, window = job->window;
     int hs = C / NH;
     float scale = 1.f / sqrtf((float)hs);
     int ld = 3 * C;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * ld + h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * ld + h * hs;
-            float *dk = dq + C;
-            float *dv = dq + 2 * C;
-            const float *p = att + ((size_t)b * NH + h) * T * T;
-            const float *d = dout + (size_t)b * T * C + h * hs;
-            float *ds = scratch; // dP, then dS in place; only the forward's blocks are written
-            // By query-row blocks: dP, the softmax backward, dq.
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
-                int k0 = block_keys(r0, window), keys = r1 - k0;
-                float *db = ds + (size_t)r0 * T + k0;
-                // dp[rows, k0:r1] = d[rows, hs] v[k0:r1, hs]^T
-                st_sgemm(0, 1, rows, keys, hs, 1.f, d + (size_t)r0 * C, C, v + (size_t)k0 * ld,
-                         ld, 0.f, db, T);
-                // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik), zero outside the row's keys
-                for (int i = r0; i < r1; i++) {
-                    const float *pr = p + (size_t)i * T;
-                    float *dr = ds + (size_t)i * T;
-                    int lo = first_key(i, window);
-                    float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
-                    for (int j = lo; j <= i; j++)
-                        dr[j] = pr[j] * (dr[j] - dot);
-                    memset(dr + k0, 0, (size_t)(lo - k0) * sizeof(float));
-                    memset(dr + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
-                }
-                // dq[rows, hs] = scale * ds[rows, k0:r1] k[k0:r1, hs]
-                st_sgemm(0, 0, rows, hs, keys, scale, db, T, k + (size_t)k0 * ld, ld, 0.f,
-                         dq + (size_t)r0 * ld, ld);
+    float *ds = job->scratch + (size_t)st_parallel_index() * T * T; // dP, then dS in place
+    for (size_t bh = h0; bh < h1; bh++) {
+        int b = (int)(bh / (size_t)NH), h = (int)(bh % (size_t)NH);
+        const float *q = job->qkv + (size_t)b * T * ld + h * hs;
+        const float *k = q + C;
+        const float *v = q + 2 * C;
+        float *dq = job->dqkv + (size_t)b * T * ld + h * hs;
+        float *dk = dq + C;
+        float *dv = dq + 2 * C;
+        const float *p = job->patt + ((size_t)b * NH + h) * T * T;
+        const float *d = job->dout + (size_t)b * T * C + h * hs;
+        // By query-row blocks: dP, the softmax backward, dq.
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+            int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
+            int k0 = block_keys(r0, window), keys = r1 - k0;
+            float *db = ds + (size_t)r0 * T + k0;
+            // dp[rows, k0:r1] = d[rows, hs] v[k0:r1, hs]^T
+            st_sgemm(0, 1, rows, keys, hs, 1.f, d + (size_t)r0 * C, C, v + (size_t)k0 * ld, ld, 0.f,
+                     db, T);
+            // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik), zero outside the row's keys
+            for (int i = r0; i < r1; i++) {
+                const float *pr = p + (size_t)i * T;
+                float *dr = ds + (size_t)i * T;
+                int lo = first_key(i, window);
+                float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
+                for (int j = lo; j <= i; j++)
+                    dr[j] = pr[j] * (dr[j] - dot);
+                memset(dr + k0, 0, (size_t)(lo - k0) * sizeof(float));
+                memset(dr + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
             }
-            // By key-column blocks: keys [c0, c1) are attended by queries [c0, c1 - 1 + W) only
-            // ([c0, T) without a window).
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
-                int n = (window > 0 ? min_int(T, c1 - 1 + window) : T) - c0;
-                size_t at = (size_t)c0 * T + c0;
-                // dv[cols, hs] = p[n, cols]^T d[n, hs]
-                st_sgemm(1, 0, cols, hs, n, 1.f, p + at, T, d + (size_t)c0 * C, C, 0.f,
-                         dv + (size_t)c0 * ld, ld);
-                // dk[cols, hs] = scale * ds[n, cols]^T q[n, hs]
-                st_sgemm(1, 0, cols, hs, n, scale, ds + at, T, q + (size_t)c0 * ld, ld, 0.f,
-                         dk + (size_t)c0 * ld, ld);
-            }
+            // dq[rows, hs] = scale * ds[rows, k0:r1] k[k0:r1, hs]
+            st_sgemm(0, 0, rows, hs, keys, scale, db, T, k + (size_t)k0 * ld, ld, 0.f,
+                     dq + (size_t)r0 * ld, ld);
         }
+        // By key-column blocks: keys [c0, c1) are attended by queries [c0, c1 - 1 + W) only
+        // ([c0, T) without a window).
+        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+            int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
+            int n = (window > 0 ? min_int(T, c1 - 1 + window) : T) - c0;
+            size_t at = (size_t)c0 * T + c0;
+            // dv[cols, hs] = p[n, cols]^T d[n, hs]
+            st_sgemm(1, 0, cols, hs, n, 1.f, p + at, T, d + (size_t)c0 * C, C, 0.f,
+                     dv + (size_t)c0 * ld, ld);
+            // dk[cols, hs] = scale * ds[n, cols]^T q[n, hs]
+            st_sgemm(1, 0, cols, hs, n, scale, ds + at, T, q + (size_t)c0 * ld, ld, 0.f,
+                     dk + (size_t)c0 * ld, ld);
+        }
+    }
+}
+
+void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH,
+                           int window)
+{
+    att_job_t j = {.dqkv = dqkv,
+                   .scratch = scratch,
+                   .qkv = qkv,
+                   .dout = dout,
+                   .patt = att,
+                   .B = B,
+                   .T = T,
+                   .C = C,
+                   .NH = NH,
+                   .window = window};
+    size_t pairs = (size_t)B * NH, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
+    st_parallel_range(pairs, per, backward_heads, &j);
 }

@@ -10,6 +10,7 @@
 #include "base/base.h"
 #include "model/gpt_internal.h"
 #include "model/layers.h"
+#include "model/parallel_range.h"
 #include "strata/model.h"
 #include "strata/trace.h"
 
@@ -472,7 +473,9 @@ static void take_scratch(strata_gpt_t *m, float *base, size_t *at, size_t N, siz
     m->dfch = TAKE(N * m->Gl);
     m->dact = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? TAKE(N * Fl) : m->dfch;
     m->dln = m->cfg.parallel ? TAKE(R * C) : NULL;
-    m->dscratch = TAKE(T * T);
+    if (!m->nscratch) // one attention scratch per thread (this sizing pass and the allocating one)
+        m->nscratch = st_parallel_threads();
+    m->dscratch = TAKE(T * T * (size_t)m->nscratch);
     m->rope_cos = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
     m->rope_sin = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
     if (m->shard.tp > 1) {

@@ -71,6 +71,7 @@ struct strata_gpt {
     int nslots;
     slot_t *slot;
     float *dres, *dbuf, *dqkv, *dfch, *dscratch;
+    int nscratch; /* attention backward's T x T scratch blocks, one per thread */
     float *dact; /* the MLP activation's output gradient (N x Fl): dfch itself for GELU */
     float *dln;  /* parallel block: the MLP's share of d(ln1) (R x C) */
     float *full, *dfull, *dpart, *xent; /* TP: whole-row gather buffers, the CE reductions */

@@ -88,9 +88,11 @@ void st_add_inplace(float *out, const float *inp, size_t n);
  * (see attention.c); backward reads no other. */
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                           int window);
-/* dqkv[B,T,3C] is WRITTEN; scratch holds T*T floats. */
-void st_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH, int window);
+/* dqkv[B,T,3C] is WRITTEN; scratch holds nscratch blocks of T*T floats, one per thread at most
+ * that the (batch row, head) pairs are spread over. */
+void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH,
+                           int window);
 
 /* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
  * the mean loss (summed in double). */

@@ -42,13 +42,27 @@ bool st_omp_guard(void)
     return !atomic_load(&forked);
 }
 
+int st_parallel_threads(void)
+{
+#ifdef ST_SERIAL
+    return 1;
+#else
+    return st_omp_guard() ? omp_get_max_threads() : 1;
+#endif
+}
+
+int st_parallel_index(void)
+{
+    return omp_get_thread_num();
+}
+
 void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begin, size_t end),
                        void *ctx)
 {
     if (grain < 1)
         grain = 1;
 #ifndef ST_SERIAL
-    int threads = st_omp_guard() ? omp_get_max_threads() : 1;
+    int threads = st_parallel_threads();
     if (threads > 1 && n >= 2 * grain && !omp_in_parallel()) {
         size_t pieces = n / grain < (size_t)threads ? n / grain : (size_t)threads;
 #pragma omp parallel for num_threads((int)pieces) schedule(static, 1)

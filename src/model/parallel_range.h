@@ -13,6 +13,12 @@
 void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begin, size_t end),
                        void *ctx);
 
+/* The threads st_parallel_range may use (1 in a forked child and under ThreadSanitizer), and,
+ * inside a piece's fn, the index of the thread running it: below the number of pieces, so a
+ * piece may use per-thread scratch. */
+int st_parallel_threads(void);
+int st_parallel_index(void);
+
 /* Call before any use of OpenMP (the products' oneDNN, the thread count): false in a child forked
  * after the process used it, where OpenMP must keep to one thread (parallel_range.c says why). */
 bool st_omp_guard(void);

@@ -309,7 +309,7 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, ST_AT(g, o->projb), m->dres,
                               a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
-    st_attention_backward(m->dqkv, m->dscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl,
+    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl,
                           c->window);
     rope(m, m->dqkv, B, T, true);
     st_model_progress(m);

@@ -329,7 +329,7 @@ static void check_attention(int B, int T, int C, int NH, int W)
     for (size_t i = 0; i < (size_t)T * T; i++)
         scratch[i] = NAN;
     at_fwd(&a, out);
-    st_attention_backward(dqkv, scratch, R, a.qkv, a.att, B, T, C, NH, W);
+    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, B, T, C, NH, W);
     attention_ref(ref, dref, a.qkv, R, B, T, C, NH, W);
     expect_near("attn.out", T, out, ref, nout);
     expect_near("attn.dqkv", T, dqkv, dref, nq);
