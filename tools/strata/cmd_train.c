@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "  --metrics FILE     JSON lines, one per step\n"
             "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
             "  --eval-every N     validation loss every N steps\n"
+            "  --prefetch N       batches a loader thread reads ahead of the step [2; 0 = none]\n"
             "  --quiet            no progress and no summary\n"
             "  --progress-every S  seconds between progress lines when stderr is not a terminal\n"
             "                     (a file, a pipe, a launcher's log; STRATA_PROGRESS=lines|bar\n"
@@ -220,7 +221,7 @@ int cmd_train(int argc, char **argv)
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
            O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
-           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT, O_HELP };
+           O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT, O_PREFETCH, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -241,6 +242,7 @@ int cmd_train(int argc, char **argv)
         {"schedule", 1, 0, O_SCHEDULE}, {"micro-batch", 1, 0, O_MICRO},
         {"pp-layers", 1, 0, O_PPLAYERS}, {"pp-svg", 1, 0, O_PPSVG},   {"plan", 1, 0, O_PLAN},
         {"harvest", 1, 0, O_HARVEST},   {"optimizer-in-pool", 0, 0, O_POOLOPT},
+        {"prefetch", 1, 0, O_PREFETCH},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -300,6 +302,7 @@ int cmd_train(int argc, char **argv)
         case O_EVAL: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.eval_every = (int64_t)d; break;
         case O_QUIET: cfg.progress = false; break;
         case O_PROGEVERY: if (!num(flag, optarg, 0, 86400, &d)) return 2; cfg.progress_every = d; break;
+        case O_PREFETCH: if (!num(flag, optarg, 0, 64, &d)) return 2; cfg.prefetch = (int)d; break;
         case O_STRAGGLER: if (!num(flag, optarg, 0, 1 << 20, &d)) return 2; cfg.straggler_window = (int)d; break;
         case O_ZERO: INT(0, 3, cfg.zero); break;
         case O_HPZ: snprintf(cfg.hpz, sizeof cfg.hpz, "%s", optarg); break;
