@@ -97,8 +97,8 @@ strata_status_t st_trainer_read_batch(const strata_trainer_t *t, int64_t step, i
 
 /* Rows [row_begin, row_begin + rows) of training step `step` into t->tokens / t->targets, the
  * parts this stage uses: on the reading rank from the data side task's ring, else from the loader
- * thread (this data-parallel rank's rows; cfg.prefetch batches ahead), else (another cut of the
- * batch) read here; then broadcast over the TP group. *wait_s: the time it took. Collective over
+ * thread (this data-parallel rank's rows of steps 1..cfg.steps; cfg.prefetch batches ahead), else
+ * (another cut of the batch, a step past the run) read here; then broadcast over the TP group. *wait_s: the time it took. Collective over
  * the TP group. Errors: the read's, naming the step and the file. */
 strata_status_t st_trainer_batch(strata_trainer_t *t, int64_t step, int row_begin, int rows,
                                  double *wait_s);

@@ -81,12 +81,13 @@ strata_status_t st_trainer_batch(strata_trainer_t *t, int64_t step, int row_begi
     uint64_t t0 = st_now_ns();
     strata_trace_begin("data", "batch");
     strata_status_t rc = STRATA_OK;
-    bool own = row_begin == t->dp_rank * (c->batch / t->dp) && rows == c->batch / t->dp;
+    bool queued = row_begin == t->dp_rank * (c->batch / t->dp) && rows == c->batch / t->dp &&
+                  step <= c->steps; // the rows the thread reads, of the run's steps
     if (!st_trainer_reads_data(t)) {
         // receives its rows (TP ranks > 0) or needs none (a pipeline's middle stages)
     } else if (t->side_data && st_side_data_take(t->side_data, step, &t->tokens, &t->targets)) {
         // read in a bubble by the data side task
-    } else if (!own) { // a caller's own cut of the batch (strata_trainer_forward_backward)
+    } else if (!queued) { // a caller's own cut of the batch (strata_trainer_forward_backward)
         rc = read_rows(t, 0, step, row_begin, rows, t->tokens, t->targets);
     } else {
         // With the data side task the bubbles read ahead: no thread (what they missed is read here).
