@@ -36,8 +36,10 @@ extern "C" {
 
 typedef struct strata_data strata_data_t;
 
-/* Reads the whole file. val_fraction in [0, 0.5] goes to the validation split. Errors:
- * STRATA_ERR_IO naming the file, STRATA_ERR_INVALID_ARG when it has fewer than 2 tokens per split. */
+/* Opens the file (it is not loaded: each batch reads its rows' windows, so a corpus larger than
+ * memory works; docs/train.md "Data"). val_fraction in [0, 0.5] goes to the validation split.
+ * Errors: STRATA_ERR_IO naming the file, STRATA_ERR_INVALID_ARG when it has fewer than 2 tokens per
+ * split. */
 STRATA_API strata_status_t strata_data_open(const char *path, double val_fraction,
                                             strata_data_t **out);
 STRATA_API void strata_data_close(strata_data_t *d);
@@ -45,11 +47,15 @@ STRATA_API void strata_data_close(strata_data_t *d);
 STRATA_API size_t strata_data_ntokens(const strata_data_t *d, int split);
 
 /* Fills tokens and targets (rows x T each; targets are tokens shifted by one) with rows
- * [row_begin, row_begin + rows) of the global batch of `step`. Errors: STRATA_ERR_INVALID_ARG when
- * the split is shorter than T + 1 tokens. */
+ * [row_begin, row_begin + rows) of the global batch of `step`, read from the file. Either may be
+ * NULL: only the other is read (a pipeline's first stage needs the tokens, its last the targets).
+ * Thread-safe. Errors: STRATA_ERR_INVALID_ARG when the split is shorter than T + 1 tokens,
+ * STRATA_ERR_IO naming the file and the byte when a read fails or the file was truncated. */
 STRATA_API strata_status_t strata_data_batch(const strata_data_t *d, int split, uint64_t seed,
                                              int64_t step, int row_begin, int rows, int T,
                                              int32_t *tokens, int32_t *targets);
+/* Bytes read from the file so far (every batch, every thread). */
+STRATA_API uint64_t strata_data_bytes_read(const strata_data_t *d);
 
 /* ---- checkpoints (safetensors) ------------------------------------------------------------------
  * One file: an 8-byte little-endian header length, a JSON header
@@ -294,6 +300,8 @@ typedef struct strata_train_config {
     int64_t trace_step;    /* which step to trace (default 2) */
     int64_t eval_every;    /* steps between validation losses (0 = never) */
     int eval_batches;
+    int prefetch;          /* batches a loader thread reads ahead of the step (2; 0 = the step
+                              reads its own; docs/train.md "Data") */
     bool progress;         /* progress on rank 0's stderr: redrawn in place on a terminal (or with
                               STRATA_PROGRESS=bar), else complete lines; a summary at the end */
     double progress_every; /* seconds between progress lines when not redrawn (5; 0 = every step) */
@@ -439,6 +447,9 @@ typedef struct strata_step_info {
     const char *side_sample;
     int64_t side_sample_step;
     const double *pp_bubble, *pp_bubble_predicted;
+    double data_wait_s; /* this rank: the time the step waited for its batch (the loader thread's
+                           read not done yet, or the whole read with cfg.prefetch 0, or the TP
+                           group's broadcast of it) */
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the
@@ -470,6 +481,11 @@ STRATA_API int strata_trainer_stopped(const strata_trainer_t *t);
 /* The run's identity (16 hex digits): made at create (agreed by every rank at distribute) and
  * taken from the checkpoint on resume, so every checkpoint of one run carries the same id. */
 STRATA_API const char *strata_trainer_run_id(const strata_trainer_t *t);
+
+/* Bytes this rank has read from the data file (training and validation rows): none on a rank that
+ * receives its rows (TP ranks > 0) or needs none (a pipeline's middle stages); docs/train.md
+ * "Data". */
+STRATA_API uint64_t strata_trainer_data_bytes_read(const strata_trainer_t *t);
 
 /* Writes a checkpoint of the current step to cfg.ckpt_dir and commits it. Collective when
  * distributed: every rank writes its shard (rank r of a single process: the one unsharded file),

@@ -29,6 +29,7 @@ strata_train_config_t strata_train_config_default(void)
     c.ckpt_keep = 2;
     c.trace_step = 2;
     c.eval_batches = 4;
+    c.prefetch = 2;
     c.straggler_window = 20;
     c.tp = 1;
     c.tp_overlap = true;
@@ -53,7 +54,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
         "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every",
-        "optimizer_in_pool", "precision", NULL};
+        "optimizer_in_pool", "precision", "prefetch", NULL};
     json_object *r = doc.root, *model;
     if (!json_object_is_type(r, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object", path);
@@ -106,6 +107,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
     GET_I64("trace_step", 1, 1 << 30, c->trace_step);
     GET_I64("eval_every", 0, 1 << 30, c->eval_every);
     GET_I64("eval_batches", 1, 1 << 20, c->eval_batches);
+    GET_I64("prefetch", 0, 64, c->prefetch);
     GET_I64("straggler_window", 0, 1 << 20, c->straggler_window);
     GET_I64("zero", 0, 3, c->zero);
     GET_I64("tiers", 0, 3, c->tiers);

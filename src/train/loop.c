@@ -120,6 +120,7 @@ void strata_trainer_destroy(strata_trainer_t *t)
     st_slowlink_free(&t->links);
     free(t->segs);
     free(t->ranges);
+    st_trainer_data_stop(t); // the loader thread reads t->data and the trainer's fields
     strata_model_destroy(t->model);
     strata_data_close(t->data);
     free(t->m);
@@ -221,6 +222,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
         return st_error(STRATA_ERR_INVALID_ARG, "train: already distributed");
     int N = strata_comm_size(comm), r = strata_comm_rank(comm);
     strata_comm_t *dp_comm = comm;
+    st_trainer_data_stop(t); // a batch taken before: its thread read another rank's rows
     t->comm = comm;
     t->rank = r;
     t->nranks = N;
@@ -468,11 +470,7 @@ strata_status_t strata_trainer_forward_backward(strata_trainer_t *t, int row_beg
     if (row_begin < 0 || rows < 1 || row_begin + rows > c->batch)
         return st_error(STRATA_ERR_INVALID_ARG, "train: rows [%d, %d) outside the batch of %d",
                         row_begin, row_begin + rows, c->batch);
-    strata_trace_begin("data", "batch");
-    strata_status_t rc = strata_data_batch(t->data, 0, c->seed, t->step + 1, row_begin, rows,
-                                           c->seq, t->tokens, t->targets);
-    strata_trace_end("data", "batch");
-    ST_TRY(rc);
+    ST_TRY(st_trainer_batch(t, t->step + 1, row_begin, rows, &t->data_wait_s));
     ST_TRY(strata_model_forward(t->model, t->tokens, t->targets, rows, c->seq, loss));
     return strata_model_backward(t->model);
 }
@@ -546,6 +544,7 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
     }
     s.step = t->step;
     s.seconds = (double)(st_now_ns() - t0) * 1e-9;
+    s.data_wait_s = t->data_wait_s;
     if (t->tpg) {
         strata_tp_stats_t ts = strata_tp_group_stats(t->tpg);
         s.tp_flight_s = ts.flight_s;
@@ -585,8 +584,7 @@ static double eval_loss(strata_trainer_t *t)
     for (int e = 0; e < c->eval_batches; e++) {
         float l;
         if (t->pipe ? st_trainer_pp_eval(t, e, &l) < 0
-                    : (strata_data_batch(t->data, 1, c->seed, e, t->dp_rank * rows, rows, c->seq,
-                                         t->tokens, t->targets) < 0 ||
+                    : (st_trainer_val_batch(t, e) < 0 ||
                        strata_model_forward(t->model, t->tokens, t->targets, rows, c->seq, &l) < 0))
             return NAN;
         sum += l;
@@ -646,6 +644,7 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
     put_num(f, "tokens_per_s", s->tokens_per_s, 1, false);
     put_num(f, "mfu", mfu, 5, false);
     put_num(f, "step_s", s->seconds, 6, false);
+    put_num(f, "data_wait_s", s->data_wait_s, 6, false);
     if (!isnan(val))
         put_num(f, "val_loss", val, 6, false);
     if (s->skipped)

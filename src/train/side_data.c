@@ -1,7 +1,8 @@
 /* The data side task (train/side_tasks.h): the loader's work for the coming steps, done in the
- * bubbles. Each step of the task reads one coming step's batch (this data-parallel rank's rows)
- * into a ring; the trainer's step takes its batch from the ring (a pointer swap) when it is there.
- * The loader is a pure function of the step, so the batches are the ones the step would read. */
+ * bubbles. Each step of the task reads one coming step's batch (this data-parallel rank's rows, the
+ * parts its stage uses; only on the rank that reads, trainer_data.c) into a ring; the trainer's
+ * step takes its batch from the ring (a pointer swap) when it is there. The loader is a pure
+ * function of the step, so the batches are the ones the step would read. */
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -49,13 +50,13 @@ static strata_status_t data_step(void *self)
     st_side_data_t *d = self;
     const strata_trainer_t *t = d->t;
     const strata_train_config_t *c = &t->cfg;
+    if (!st_trainer_reads_data(t))
+        return STRATA_INPROGRESS; // its rows come from TP rank 0, or its stage uses none
     for (int64_t s = t->step + 2; s <= t->step + 1 + d->ahead && s <= c->steps; s++) {
         slot_t *sl = &d->ring[s % d->ahead];
         if (sl->step == s)
             continue;
-        int rows = c->batch / t->dp;
-        ST_TRY(strata_data_batch(t->data, 0, c->seed, s, t->dp_rank * rows, rows, c->seq,
-                                 sl->tokens, sl->targets));
+        ST_TRY(st_trainer_read_batch(t, s, sl->tokens, sl->targets));
         sl->step = s;
         d->read++;
         return STRATA_OK;

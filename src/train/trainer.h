@@ -11,6 +11,7 @@
 #include "strata/pipeline.h"
 #include "strata/pool.h"
 #include "strata/train.h"
+#include "train/prefetch.h"
 #include "train/progress.h"
 #include "train/side_tasks.h"
 #include "train/slowlink.h"
@@ -20,6 +21,8 @@ struct strata_trainer {
     strata_train_config_t cfg;
     strata_gpt_t *model;
     strata_data_t *data;
+    st_prefetch_t *loader; /* the loader thread (trainer_data.c); NULL until the first batch */
+    double data_wait_s;    /* the last training batch's wait (strata_step_info_t.data_wait_s) */
     float *m, *v;
     double *wsq, *usq;
     int32_t *tokens, *targets;
@@ -81,6 +84,31 @@ strata_status_t st_trainer_all_sum(strata_trainer_t *t, double *v, int n);
  * not be written, a manifest not committed: the job may go on) or not (a collective failed), and
  * *here whether the failure is this rank's own (its message names its file) or another rank's. */
 strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *agreed, bool *here);
+
+/* ---- trainer_data.c: the data pipeline ---------------------------------------------------------- */
+
+/* Whether this rank reads the data file: TP rank 0 of a stage that uses tokens or targets. */
+bool st_trainer_reads_data(const strata_trainer_t *t);
+
+/* Reads this data-parallel rank's rows of training step `step`, the parts its stage uses, into
+ * tokens / targets (batch x seq each). Thread-safe (the loader thread's fill). */
+strata_status_t st_trainer_read_batch(const strata_trainer_t *t, int64_t step, int32_t *tokens,
+                                      int32_t *targets);
+
+/* Rows [row_begin, row_begin + rows) of training step `step` into t->tokens / t->targets, the
+ * parts this stage uses: on the reading rank from the data side task's ring, else from the loader
+ * thread (this data-parallel rank's rows of steps 1..cfg.steps; cfg.prefetch batches ahead), else
+ * (another cut of the batch, a step past the run) read here; then broadcast over the TP group. *wait_s: the time it took. Collective over
+ * the TP group. Errors: the read's, naming the step and the file. */
+strata_status_t st_trainer_batch(strata_trainer_t *t, int64_t step, int row_begin, int rows,
+                                 double *wait_s);
+
+/* This data-parallel rank's rows of validation batch `index` into t->tokens / t->targets, read
+ * by the reading rank and broadcast over the TP group. Collective over the TP group. */
+strata_status_t st_trainer_val_batch(strata_trainer_t *t, int64_t index);
+
+/* Stops and joins the loader thread (idempotent). */
+void st_trainer_data_stop(strata_trainer_t *t);
 
 /* ---- trainer_tp.c: the mesh and tensor parallelism ---------------------------------------------- */
 

@@ -175,13 +175,7 @@ strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss)
 {
     const strata_train_config_t *c = &t->cfg;
     int rows = c->batch / t->dp;
-    strata_trace_begin("data", "batch");
-    strata_status_t rc = STRATA_OK; // read by the data side task already, or read here
-    if (!t->side_data || !st_side_data_take(t->side_data, t->step + 1, &t->tokens, &t->targets))
-        rc = strata_data_batch(t->data, 0, c->seed, t->step + 1, t->dp_rank * rows, rows, c->seq,
-                               t->tokens, t->targets);
-    strata_trace_end("data", "batch");
-    ST_TRY(rc);
+    ST_TRY(st_trainer_batch(t, t->step + 1, t->dp_rank * rows, rows, &t->data_wait_s));
     strata_model_zero_grads(t->model);
     double sum = 0;
     ST_TRY(strata_pipeline_step(t->pipe, micro_batch, t, &sum));
@@ -192,10 +186,7 @@ strata_status_t st_trainer_pp_forward_backward(strata_trainer_t *t, float *loss)
 
 strata_status_t st_trainer_pp_eval(strata_trainer_t *t, int64_t batch_index, float *loss)
 {
-    const strata_train_config_t *c = &t->cfg;
-    int rows = c->batch / t->dp;
-    ST_TRY(strata_data_batch(t->data, 1, c->seed, batch_index, t->dp_rank * rows, rows, c->seq,
-                             t->tokens, t->targets));
+    ST_TRY(st_trainer_val_batch(t, batch_index));
     double sum = 0;
     ST_TRY(strata_pipeline_forward(t->pipe, micro_batch, t, &sum));
     return share_loss(t, sum, loss);

@@ -167,6 +167,28 @@ static int check_pieces(const char *dir, int64_t step, int nranks, const strata_
     return rc;
 }
 
+/* The data pipeline's readers (docs/train.md "Data"): of each TP group only TP rank 0, of a
+ * pipeline only the stage of the first chunk (the tokens: seq bytes a row) and the stage of the
+ * last chunk (the targets: seq bytes; one stage holding both reads seq + 1), each of this run's
+ * rows once. Collective. */
+static int check_reads(strata_comm_t *comm, strata_trainer_t *t,
+                                   const strata_train_config_t *c, int n, int steps)
+{
+    uint64_t mine = strata_trainer_data_bytes_read(t);
+    double v[2] = {(double)mine, mine > 0};
+    ST_RANK_CHECK_OK(strata_allreduce(comm, v, v, 2, STRATA_DTYPE_F64, STRATA_OP_SUM));
+    int P = c->pp, C = P * c->vp, dp = n / (c->tp * P);
+    bool one = P == 1 || strata_pp_chunk_stage(c->schedule, P, c->vp, 0) ==
+                             strata_pp_chunk_stage(c->schedule, P, c->vp, C - 1);
+    double bytes = (double)steps * c->batch * (one ? c->seq + 1 : 2 * c->seq);
+    int readers = dp * (one ? 1 : 2);
+    if (v[0] != bytes || (int)v[1] != readers)
+        return ST_RANK_FAIL("%d ranks (tp %d, pp %d): %d ranks read %.0f bytes of the data file, "
+                            "expected %d ranks reading %.0f (this rank: %llu)", n, c->tp, P,
+                            (int)v[1], v[0], readers, bytes, (unsigned long long)mine);
+    return 0;
+}
+
 static int run_layout(int rank, int n, void *arg)
 {
     ctx_t *x = arg;
@@ -212,6 +234,8 @@ static int run_layout(int rank, int n, void *arg)
         if (!(fabsf(losses[s] - x->ref_losses[s]) <= 1e-4f * fabsf(x->ref_losses[s])))
             return ST_RANK_FAIL("step %d: loss %.7f, one process %.7f", s + 1, (double)losses[s],
                                 (double)x->ref_losses[s]);
+    if (upto == STEPS && check_reads(comm, t, &c, n, x->resuming ? STEPS - 10 : STEPS) != 0)
+        return 1; // only the reading ranks read the file, each row's window once
     int rc = 0;
     if (upto == STEPS && rank == 0) { // the final checkpoint, assembled into the whole model
         strata_ckpt_full_t full;

@@ -40,6 +40,7 @@ static void usage(FILE *f)
             "  --metrics FILE     JSON lines, one per step\n"
             "  --trace FILE --trace-step N   Chrome trace of one step (Perfetto)\n"
             "  --eval-every N     validation loss every N steps\n"
+            "  --prefetch N       batches a loader thread reads ahead of the step [2; 0 = none]\n"
             "  --quiet            no progress and no summary\n"
             "  --progress-every S  seconds between progress lines when stderr is not a terminal\n"
             "                     (a file, a pipe, a launcher's log; STRATA_PROGRESS=lines|bar\n"
@@ -238,7 +239,7 @@ int cmd_train(int argc, char **argv)
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
            O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT,
            O_PRECISION, O_PARALLEL, O_WINDOW, O_NORM, O_MLP, O_POS, O_NOBIAS, O_THETA, O_LLAMA,
-           O_HELP };
+           O_PREFETCH, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -263,6 +264,7 @@ int cmd_train(int argc, char **argv)
         {"parallel-block", 0, 0, O_PARALLEL}, {"window", 1, 0, O_WINDOW}, {"norm", 1, 0, O_NORM},
         {"mlp", 1, 0, O_MLP},           {"pos", 1, 0, O_POS},         {"no-bias", 0, 0, O_NOBIAS},
         {"rope-theta", 1, 0, O_THETA},  {"llama", 0, 0, O_LLAMA},
+        {"prefetch", 1, 0, O_PREFETCH},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
     double d;
@@ -322,6 +324,7 @@ int cmd_train(int argc, char **argv)
         case O_EVAL: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.eval_every = (int64_t)d; break;
         case O_QUIET: cfg.progress = false; break;
         case O_PROGEVERY: if (!num(flag, optarg, 0, 86400, &d)) return 2; cfg.progress_every = d; break;
+        case O_PREFETCH: if (!num(flag, optarg, 0, 64, &d)) return 2; cfg.prefetch = (int)d; break;
         case O_STRAGGLER: if (!num(flag, optarg, 0, 1 << 20, &d)) return 2; cfg.straggler_window = (int)d; break;
         case O_ZERO: INT(0, 3, cfg.zero); break;
         case O_HPZ: snprintf(cfg.hpz, sizeof cfg.hpz, "%s", optarg); break;
