@@ -174,27 +174,33 @@ static inline float tanh_vec(float u)
     return 1.f - 2.f / (st_exp(2.f * u) + 1.f);
 }
 
+/* gelu_tanh(x) and its derivative: the one formula of the plain and the fused kernels. */
+static inline float gelu(float x)
+{
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.f + tanh_vec(u));
+}
+
+static inline float gelu_grad(float x)
+{
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float th = tanh_vec(u);
+    float sech2 = 1.f - th * th;
+    return 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
+}
+
 ST_VEC_CLONES
 void st_gelu_forward(float *out, const float *inp, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.f + tanh_vec(u));
-    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = gelu(inp[i]);
 }
 
 ST_VEC_CLONES
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanh_vec(u);
-        float sech2 = 1.f - th * th;
-        float g = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
 
 /* The fused forms: the bias add rides the GeLU's pass instead of a pass of its own (forward: the
@@ -215,9 +221,8 @@ static void bias_gelu_rows(void *ctx, size_t n0, size_t n1)
         float *p = g->pre + n * OC, *o = g->out + n * OC;
         for (int j = 0; j < OC; j++) {
             float x = p[j] + g->bias[j];
-            float u = GELU_K * (x + 0.044715f * x * x * x);
             p[j] = x;
-            o[j] = 0.5f * x * (1.f + tanh_vec(u));
+            o[j] = gelu(x);
         }
     }
 }
@@ -237,12 +242,7 @@ static void gelu_bias_backward_cols(void *ctx, size_t j0, size_t j1)
         const float *x_ = g->inp + (size_t)n * g->OC, *d = g->dout + (size_t)n * g->OC;
         float *di = g->out + (size_t)n * g->OC;
         for (size_t j = j0; j < j1; j++) {
-            float x = x_[j];
-            float u = GELU_K * (x + 0.044715f * x * x * x);
-            float th = tanh_vec(u);
-            float sech2 = 1.f - th * th;
-            float gd = 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
-            di[j] = gd * d[j];
+            di[j] = gelu_grad(x_[j]) * d[j];
             g->dbias[j] += di[j];
         }
     }
