@@ -69,10 +69,17 @@ typedef struct strata_zero_config {
     int tier_colors[STRATA_ZERO_MAX_TIERS]; /* this rank's colour per tier, fastest first */
     bool quant_weights;   /* qwZ: forward parameter all-gathers carry blockwise int8 (stages 1-3) */
     bool quant_grads;     /* qgZ: gradient reduce-scatter by int8 all-to-all per tier (stages 2-3) */
+    bool bf16_grads;      /* gradient reductions (every stage, every level) send bfloat16: half the
+                             bytes. Each bucket is rounded to bf16 once, summed by the collective
+                             (each addition in fp32, its result rounded to bf16), then widened to
+                             fp32 and divided by N into the arena (stages 0-1) or the gradient shard
+                             (2-3). Master weights, optimizer, gradient norm and parameter gathers
+                             stay fp32. Not with quant_grads (int8 already) */
     bool prefetch;        /* stage 3: gather the next segment while the current one computes */
 } strata_zero_config_t;
 
-/* Stage 0, no tiers, no quantisation, prefetch on, bucket from the knob; segments must be set. */
+/* Stage 0, no tiers, no quantisation, fp32 gradients, prefetch on, bucket from the knob; segments
+ * must be set. */
 STRATA_API strata_zero_config_t strata_zero_config_default(void);
 
 /* Creates an engine on `comm` (the data-parallel group); collective over comm (it splits the tier
@@ -82,8 +89,8 @@ STRATA_API strata_zero_config_t strata_zero_config_default(void);
  * it). `grads` is the model's gradient arena, borrowed for the engine's lifetime; the engine reads a
  * segment after its grad_ready and, at stages 0-1, writes the averaged gradients back in place. The
  * engine borrows `comm`; destroy the engine first. On failure *out is NULL and nothing leaks.
- * Errors: INVALID_ARG (bad stage, segments not contiguous, tier groups not nested or unequal),
- * NO_MEMORY, communication errors. */
+ * Errors: INVALID_ARG (bad stage, segments not contiguous, tier groups not nested or unequal,
+ * qwZ below stage 3, qgZ below stage 2, qgZ with bf16_grads), NO_MEMORY, communication errors. */
 STRATA_API strata_status_t strata_zero_create(strata_comm_t *comm, const strata_zero_config_t *cfg,
                                               float *params, float *grads, strata_zero_t **out);
 
@@ -185,7 +192,7 @@ typedef struct strata_zero_stats {
     uint64_t gathers_secondary;       /* stage 3 backward gathers served inside tier 0 */
     uint64_t max_prefetch_distance;   /* most acquires between a prefetch's issue and its use (1) */
     uint64_t bytes_sent_gather;       /* payload bytes this rank contributed to gathers, all levels */
-    uint64_t bytes_sent_reduce;       /* payload bytes this rank contributed to gradient reductions */
+    uint64_t bytes_sent_reduce;       /* ... to gradient reductions (bytes as sent: int8, bf16, fp32) */
     size_t peak_gathered_floats;      /* stage 3: most gathered floats resident at once */
 } strata_zero_stats_t;
 

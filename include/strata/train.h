@@ -312,6 +312,8 @@ typedef struct strata_train_config {
     int tiers;             /* 3 = the 3-level scheme over the fabric's fastest splitting levels;
                               0 = flat (or hpz) */
     bool qwz, qgz;         /* int8 weight all-gathers / gradient reduce-scatters (off) */
+    bool bf16_grads;       /* gradient reductions in bfloat16 ("grad_dtype": "bf16"; off = fp32;
+                              strata_zero_config_t.bf16_grads); not with qgz */
     int64_t bucket;        /* floats per gradient bucket (0 = engine default) */
     int straggler_window;  /* steps per straggler- and slow-link-detection window (20; 0 = off) */
     /* the device mesh (strata/mesh.h): tensor parallelism inside, data parallelism over the rest */
@@ -343,7 +345,8 @@ STRATA_API strata_train_config_t strata_train_config_default(void);
  * "weight_decay": ..., "beta1", "beta2", "eps", "grad_clip", "threads", "ckpt_dir", "ckpt_every",
  * "ckpt_keep", "mem_ckpt_dir", "mem_ckpt_every", "metrics", "trace", "trace_step", "eval_every",
  * "eval_batches", "val_fraction", "progress_every", "optimizer_in_pool",
- * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "tp", "sp", "order",
+ * "nonfinite": "stop"|"skip", "zero", "hpz", "tiers", "qwz", "qgz", "grad_dtype": "fp32"|"bf16",
+ * "bucket", "tp", "sp", "order",
  * "tp_overlap", "pp", "vp", "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest"}.
  * Unknown keys are refused. Errors: STRATA_ERR_IO / STRATA_ERR_PARSE naming file:line. */
 STRATA_API strata_status_t strata_train_config_load(const char *path, strata_train_config_t *cfg);
@@ -358,6 +361,8 @@ STRATA_API strata_status_t strata_train_config_apply_plan(const char *path,
                                                           strata_train_config_t *cfg, int *ranks);
 /* "stop" or "skip". Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out);
+/* The gradient reductions' dtype: "fp32" (*bf16 = false) or "bf16". Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status_t strata_grad_dtype_parse(const char *text, bool *bf16);
 
 /* The config as JSON text (stored in checkpoint metadata). Returns length or -1 if too small. */
 STRATA_API int strata_train_config_to_json(const strata_train_config_t *cfg, char *buf,

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/bf16.h"
 #include "parallel/zero_internal.h"
 #include "strata/trace.h"
 
@@ -52,7 +53,7 @@ struct zop {
     int nsteps, cur;
     zstep_t step[ST_ZERO_MAX_LEVELS];
     size_t *po;     /* N + 1 unit offsets of the pieces in buf (gathers of quantised bytes, buckets) */
-    size_t es;      /* bytes per unit */
+    size_t es;      /* bytes per unit: 1 (qwZ bytes), 2 (bf16 gradients), 4 (floats) */
     unsigned char *buf;
     float *dst;     /* gather: the floats to fill */
     uint64_t id;
@@ -88,7 +89,7 @@ struct strata_zero {
     strata_comm_t *world;
     int rank, n, stage, S;
     size_t P, bucket;
-    bool qw, qg, prefetch;
+    bool qw, qg, bf16, prefetch;
     zseg_t *seg;
     float *params, *grads; /* the model's arenas */
     float *pshard, *gshard;
@@ -170,6 +171,41 @@ static size_t lvl_blocks(const strata_zero_t *z, int i, const size_t *po, size_t
     return po[base];
 }
 
+/* ---- units ------------------------------------------------------------------------------------- */
+
+/* The communicator's dtype for an op's units. */
+static strata_dtype_t unit_dtype(const zop_t *op)
+{
+    return op->es == 1 ? STRATA_DTYPE_U8 : op->es == 2 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F32;
+}
+
+/* Gradients src[0..n) into a bucket's units [at, at + n): copied, or rounded to bf16. */
+static void put_grads(zop_t *op, size_t at, const float *src, size_t n)
+{
+    if (op->es == 2) {
+        uint16_t *u = (uint16_t *)op->buf + at;
+        for (size_t i = 0; i < n; i++)
+            u[i] = st_f32_to_bf16(src[i]);
+    } else {
+        memcpy((float *)op->buf + at, src, n * sizeof(float));
+    }
+}
+
+/* A bucket's reduced sums in units [at, at + n), widened to fp32 and scaled (1/N: the average),
+ * into dst. */
+static void get_grads(const zop_t *op, size_t at, float *dst, size_t n, float scale)
+{
+    if (op->es == 2) {
+        const uint16_t *u = (const uint16_t *)op->buf + at;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = st_bf16_to_f32(u[i]) * scale;
+    } else {
+        const float *f = (const float *)op->buf + at;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = f[i] * scale;
+    }
+}
+
 /* ---- queues and steps -------------------------------------------------------------------------- */
 
 static const char *step_name(const zop_t *op)
@@ -185,11 +221,11 @@ static strata_status_t start_step(strata_zero_t *z, zstep_t *s)
     const zlevel_t *l = &z->lv[s->level];
     strata_comm_t *comm = s->q == z->qworld ? z->world : l->comm;
     strata_status_t rc = STRATA_OK;
-    if (s->coll == COLL_AR) {
-        float *g = (float *)op->buf;
+    if (s->coll == COLL_AR) { // fp32: averaged in place; bf16: summed, averaged when widened back
         size_t count = op->po[1];
-        rc = strata_iallreduce(comm, g, g, count, STRATA_DTYPE_F32, STRATA_OP_AVG, &s->req);
-        z->stats.bytes_sent_reduce += count * 4;
+        rc = strata_iallreduce(comm, op->buf, op->buf, count, unit_dtype(op),
+                               op->es == 2 ? STRATA_OP_SUM : STRATA_OP_AVG, &s->req);
+        z->stats.bytes_sent_reduce += count * op->es;
     } else {
         s->cnt = malloc(2 * (size_t)l->size * sizeof *s->cnt);
         if (!s->cnt)
@@ -197,16 +233,16 @@ static strata_status_t start_step(strata_zero_t *z, zstep_t *s)
         size_t first = lvl_blocks(z, s->level, op->po, s->cnt);
         unsigned char *span = op->buf + first * op->es;
         size_t mine = s->cnt[l->size + l->digit], my_count = s->cnt[l->digit];
-        strata_dtype_t dt = op->es == 1 ? STRATA_DTYPE_U8 : STRATA_DTYPE_F32;
+        strata_dtype_t dt = unit_dtype(op);
         if (s->coll == COLL_AG) {
             rc = strata_iallgatherv(comm, span + mine * op->es, span, s->cnt, s->cnt + l->size, dt,
                                     &s->req);
             z->stats.bytes_sent_gather += my_count * op->es;
         } else if (s->coll == COLL_RS) {
-            rc = strata_ireduce_scatterv(comm, span, span + mine * op->es, s->cnt, STRATA_DTYPE_F32,
-                                         STRATA_OP_SUM, &s->req);
+            rc = strata_ireduce_scatterv(comm, span, span + mine * op->es, s->cnt, dt, STRATA_OP_SUM,
+                                         &s->req);
             size_t total = s->cnt[l->size - 1] + s->cnt[2 * l->size - 1];
-            z->stats.bytes_sent_reduce += (total - my_count) * 4;
+            z->stats.bytes_sent_reduce += (total - my_count) * op->es;
         } else { // qgZ: member m's block quantised and sent to m; we receive our block from each
             s->qcnt = malloc(4 * (size_t)l->size * sizeof *s->qcnt);
             if (!s->qcnt)
@@ -268,23 +304,26 @@ static void finish_gather(strata_zero_t *z, zop_t *op)
     }
 }
 
-/* A bucket's last step completed: our piece of each segment in it, averaged, into gshard. */
+/* A bucket's last step completed. All-reduce: fp32 is done (averaged in place); bf16 sums are
+ * widened back into the arena, averaged. Reduce-scatter: our piece of each segment in it, averaged,
+ * into gshard. */
 static void finish_reduce(strata_zero_t *z, zop_t *op)
 {
-    if (op->step[0].coll == COLL_AR)
-        return;
     size_t hi = z->P - (size_t)op->seg * z->bucket, lo = hi > z->bucket ? hi - z->bucket : 0;
-    const float *src = (const float *)op->buf + op->po[z->idx];
     float inv = 1.0f / (float)z->n;
+    if (op->step[0].coll == COLL_AR) {
+        if (op->es == 2)
+            get_grads(op, 0, z->grads + lo, hi - lo, inv);
+        return;
+    }
+    size_t at = op->po[z->idx];
     for (int s = 0; s < z->S; s++) {
         zseg_t *sg = &z->seg[s];
         size_t a = ST_MAX(lo, sg->off + sg->po[z->idx]), b = ST_MIN(hi, sg->off + sg->po[z->idx + 1]);
         if (a >= b)
             continue;
-        float *dst = z->gshard + sg->shard_off + (a - sg->off - sg->po[z->idx]);
-        for (size_t i = 0; i < b - a; i++)
-            dst[i] = src[i] * inv;
-        src += b - a;
+        get_grads(op, at, z->gshard + sg->shard_off + (a - sg->off - sg->po[z->idx]), b - a, inv);
+        at += b - a;
     }
 }
 
@@ -490,26 +529,22 @@ static strata_status_t start_bucket(strata_zero_t *z, int b)
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
     op->kind = OP_REDUCE;
     op->seg = b;
-    op->es = sizeof(float);
+    op->es = z->bf16 ? 2 : sizeof(float);
     op->po = calloc((size_t)z->n + 1, sizeof *op->po);
-    if (!op->po) {
-        free(op);
+    // fp32 at stages 0-1 reduces in place in the arena; everything else needs an own buffer
+    op->own_buf = z->bf16 || z->stage >= 2;
+    op->buf = op->own_buf ? malloc((hi - lo) * op->es + 1) : (unsigned char *)(z->grads + lo);
+    if (!op->po || !op->buf) {
+        free_op(op);
         return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
     }
-    if (z->stage <= 1) { // all-reduce in place in the model's gradient arena
-        op->buf = (unsigned char *)(z->grads + lo);
+    if (z->stage <= 1) { // all-reduce the bucket (in place, or its bf16 copy)
+        if (z->bf16)
+            put_grads(op, 0, z->grads + lo, hi - lo);
         op->po[1] = hi - lo;
         op->nsteps = 1;
         op->step[0] = (zstep_t){.q = z->qworld, .level = 0, .coll = COLL_AR};
     } else { // pack piece-major into a staging buffer, then reduce-scatter level by level
-        op->buf = malloc((hi - lo) * sizeof(float) + 1);
-        op->own_buf = true;
-        if (!op->buf) {
-            free(op->po);
-            free(op);
-            return st_error(STRATA_ERR_NO_MEMORY, "out of memory");
-        }
-        float *w = (float *)op->buf;
         for (int p = 0; p < z->n; p++) {
             op->po[p + 1] = op->po[p];
             for (int s = 0; s < z->S; s++) {
@@ -517,7 +552,7 @@ static strata_status_t start_bucket(strata_zero_t *z, int b)
                 size_t a = ST_MAX(lo, sg->off + sg->po[p]), e = ST_MIN(hi, sg->off + sg->po[p + 1]);
                 if (a >= e)
                     continue;
-                memcpy(w + op->po[p + 1], z->grads + a, (e - a) * sizeof(float));
+                put_grads(op, op->po[p + 1], z->grads + a, e - a);
                 op->po[p + 1] += e - a;
             }
         }
@@ -573,6 +608,9 @@ static strata_status_t validate(strata_comm_t *comm, const strata_zero_config_t 
         return st_error(STRATA_ERR_INVALID_ARG, "zero: quant_weights (qwZ) needs stage 3");
     if (cfg->quant_grads && cfg->stage < 2)
         return st_error(STRATA_ERR_INVALID_ARG, "zero: quant_grads (qgZ) needs stage 2 or 3");
+    if (cfg->quant_grads && cfg->bf16_grads)
+        return st_error(STRATA_ERR_INVALID_ARG, "zero: bf16_grads and quant_grads (qgZ) are two "
+                        "gradient encodings (qgZ already sends int8); choose one");
     return STRATA_OK;
 }
 
@@ -639,6 +677,7 @@ strata_status_t strata_zero_create(strata_comm_t *comm, const strata_zero_config
         z->bucket = 4 << 20;
     z->qw = cfg->quant_weights;
     z->qg = cfg->quant_grads;
+    z->bf16 = cfg->bf16_grads;
     z->prefetch = cfg->prefetch;
     z->params = params;
     z->grads = grads;

@@ -51,7 +51,7 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         "model", "data", "val_fraction", "batch", "seq", "steps", "seed", "optimizer", "lr",
         "min_lr", "warmup", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "threads",
         "ckpt_dir", "ckpt_every", "ckpt_keep", "metrics", "trace", "trace_step", "eval_every",
-        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "bucket", "nonfinite", "mem_ckpt_dir",
+        "eval_batches", "zero", "hpz", "tiers", "qwz", "qgz", "grad_dtype", "bucket", "nonfinite", "mem_ckpt_dir",
         "mem_ckpt_every", "straggler_window", "tp", "sp", "order", "tp_overlap", "pp", "vp",
         "schedule", "micro_batch", "pp_layers", "pp_svg", "harvest", "progress_every",
         "optimizer_in_pool", "precision", "prefetch", NULL};
@@ -148,6 +148,13 @@ strata_status_t strata_train_config_load(const char *path, strata_train_config_t
         goto out;
     }
     s[0] = 0;
+    ST_TRY_GOTO(st_json_get_string(&doc, r, "grad_dtype", 0, false, s, sizeof s), rc, out);
+    if (s[0] && strata_grad_dtype_parse(s, &c->bf16_grads) < 0) {
+        rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"grad_dtype\": %s", path,
+                      st_json_key_line(&doc, "grad_dtype", 0), strata_last_error());
+        goto out;
+    }
+    s[0] = 0;
     ST_TRY_GOTO(st_json_get_string(&doc, r, "schedule", 0, false, s, sizeof s), rc, out);
     if (s[0] && strata_schedule_parse(s, &c->schedule) < 0) {
         rc = st_error(STRATA_ERR_PARSE, "%s:%d: \"schedule\": %s", path,
@@ -183,6 +190,17 @@ out:
     return rc;
 }
 
+strata_status_t strata_grad_dtype_parse(const char *text, bool *bf16)
+{
+    if (!strcmp(text, "fp32"))
+        *bf16 = false;
+    else if (!strcmp(text, "bf16"))
+        *bf16 = true;
+    else
+        return st_error(STRATA_ERR_INVALID_ARG, "grad_dtype: expected fp32 or bf16, got '%s'", text);
+    return STRATA_OK;
+}
+
 strata_status_t strata_nonfinite_parse(const char *text, strata_nonfinite_t *out)
 {
     if (!strcmp(text, "stop"))
@@ -208,7 +226,7 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      ",\"optimizer\":\"%s\",\"lr\":%.9g,\"min_lr\":%.9g,\"warmup\":%" PRId64
                      ",\"weight_decay\":%.9g,\"beta1\":%.9g,\"beta2\":%.9g,\"eps\":%.9g,"
                      "\"grad_clip\":%.9g,\"val_fraction\":%.9g,\"zero\":%d,\"hpz\":%s,"
-                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"tp\":%d,\"sp\":%s,\"order\":%s,"
+                     "\"tiers\":%d,\"qwz\":%s,\"qgz\":%s,\"grad_dtype\":\"%s\",\"tp\":%d,\"sp\":%s,\"order\":%s,"
                      "\"tp_overlap\":%s,\"pp\":%d,\"vp\":%d,\"schedule\":\"%s\","
                      "\"micro_batch\":%d,\"pp_layers\":%s,\"optimizer_in_pool\":%s,"
                      "\"precision\":\"%s\"}",
@@ -217,7 +235,8 @@ int strata_train_config_to_json(const strata_train_config_t *c, char *buf, size_
                      (double)c->min_lr, c->warmup, (double)c->optim.weight_decay,
                      (double)c->optim.beta1, (double)c->optim.beta2, (double)c->optim.eps,
                      (double)c->grad_clip, c->val_fraction, c->zero, hpz, c->tiers,
-                     c->qwz ? "true" : "false", c->qgz ? "true" : "false", c->tp,
+                     c->qwz ? "true" : "false", c->qgz ? "true" : "false",
+                     c->bf16_grads ? "bf16" : "fp32", c->tp,
                      c->sp ? "true" : "false", order, c->tp_overlap ? "true" : "false", c->pp,
                      c->vp, strata_schedule_name(c->schedule), c->micro_batch, ppl,
                      c->optimizer_in_pool ? "true" : "false", strata_precision_name(c->precision));

@@ -5,6 +5,7 @@
 #   - with hpZ on 4 ranks (2 fake hosts of 2, STRATA_TOPO_PATH=rack0/host<r/2>), stages 1-3,
 #   - with the 3-level partition on 8 ranks (2 racks x 2 hosts x 2), stage 3,
 #   - with int8 qwZ + qgZ on 4 ranks, stage 3 (looser tolerance, below);
+#   - with bf16 gradient reductions (--grad-dtype bf16) on 2 ranks, stage 2 (below);
 # every step's loss must match the one-process run. Then resume: 2 ranks, ZeRO-3, checkpoints at 10
 # and 20; the step-20 files are removed (the job "stopped" after step 10) and --resume must reproduce
 # steps 11..20 of the uninterrupted run exactly. A corrupted shard makes --resume fall back to the
@@ -14,7 +15,9 @@
 # the collectives' order, so gradients differ from the one-process run in the last float bits
 # (~1e-7 relative); AdamW's per-element normalisation does not amplify that beyond ~1e-6 in 20 steps
 # at lr 1e-3 (in practice the printed 6 decimals agree). qwZ/qgZ quantise weights and gradients to
-# int8 blocks (error <= max|block|/254): 5e-2 per step, as in tests/mr/mr_zero.c.
+# int8 blocks (error <= max|block|/254): 5e-2 per step, as in tests/mr/mr_zero.c. bf16 gradient
+# reductions round every gradient to 8 significand bits (relative 2^-9) and the sum once more on 2
+# ranks; the losses move by ~1e-4 in 20 steps (observed 1.03e-4 at stages 0, 2 and 3): 2e-3.
 # Usage: train_dist.sh path/to/strata
 set -euo pipefail
 S=$(realpath "$1")
@@ -63,6 +66,15 @@ done
 compare "8 ranks ZeRO-3 3-level" "$W/t3.jsonl" 1e-4
 "$S" launch -n 4 --no-prefix -- "$S" train "${A[@]}" --zero 3 --qwz --qgz --metrics "$W/q.jsonl"
 compare "4 ranks ZeRO-3 qwZ+qgZ" "$W/q.jsonl" 5e-2
+"$S" launch -n 2 --no-prefix -- "$S" train "${A[@]}" --zero 2 --grad-dtype bf16 --metrics "$W/b.jsonl"
+compare "2 ranks ZeRO-2 bf16 grads" "$W/b.jsonl" 2e-3
+# bf16 and int8 gradients together: refused before any rank starts training.
+if out=$("$S" train "${A[@]}" --zero 2 --qgz --grad-dtype bf16 2>&1) ||
+    ! grep -q -- "--grad-dtype bf16 and --qgz" <<<"$out"; then
+    echo "$out"; echo "bf16 + qgZ refused            FAIL"; fail=1
+else
+    echo "bf16 + qgZ refused             ok"
+fi
 
 # Resume: exact reproduction of steps 11..20 (the metrics lines, loss and grad norm, identical).
 "$S" launch -n 2 --no-prefix -- "$S" train "${A[@]}" --zero 3 --ckpt-dir "$W/ck" --ckpt-every 10 \

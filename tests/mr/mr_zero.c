@@ -11,7 +11,10 @@
  * within 5e-2 relative of the unquantised reference, the mean loss of the 20 steps within 1e-2, and
  * the parameters within 5e-2 * max(1, |p_ref|). (Adam divides by the running RMS of each gradient, so
  * the int8 noise on small gradient components moves a step's loss by up to ~2.5% on this tiny model;
- * it does not accumulate: the runs track the reference to the end.) */
+ * it does not accumulate: the runs track the reference to the end.) bf16 gradient reductions: every
+ * step's loss, the 20-step mean and the parameters within 2e-3 relative (observed 4.6e-4: each
+ * gradient is off by ~2^-9 relative, Adam's normalised steps carry that into the parameters at about
+ * lr x 2^-9 per step); the reduction itself is checked against its bound in test_bf16_bound. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ typedef struct run {
     int ntiers;
     int tier_div[3];   /* tier colour t = rank / tier_div[t] (or rank % -tier_div[t] when < 0) */
     bool qw, qg, prefetch;
+    bool bf16;         /* bf16_grads */
     bool expect_secondary;
     bool check_overlap;
     int kill_rank;     /* dies mid-backward at step 3 (-1 = none) */
@@ -71,6 +75,11 @@ static float xval(int step, int i, size_t j)
 }
 
 #define LAMBDA 1e-3f
+
+/* bf16 gradient reductions: every step's loss and every parameter within these of the fp32
+ * reference (relative, as for the quantised runs; see the top of the file). */
+#define BF16_LTOL 2e-3
+#define BF16_PTOL 2e-3
 
 /* Forward and backward over samples [i0, i1) of the global batch; returns the local mean loss. */
 static strata_status_t fwd_bwd(model_t *m, int step, int i0, int i1, double *loss)
@@ -248,6 +257,7 @@ static int train(int rank, int n, void *arg)
         cfg.tier_colors[t] = r->tier_div[t] > 0 ? rank / r->tier_div[t] : rank % -r->tier_div[t];
     cfg.quant_weights = r->qw;
     cfg.quant_grads = r->qg;
+    cfg.bf16_grads = r->bf16;
     cfg.prefetch = r->prefetch;
     strata_zero_t *z;
     ST_RANK_CHECK_OK(strata_zero_create(c, &cfg, params, m.grads, &z));
@@ -300,15 +310,16 @@ static int train(int rank, int n, void *arg)
     ST_RANK_CHECK_OK(strata_zero_gather_params(z, got));
     reference(r, ref, ref_loss);
     bool quant = r->qw || r->qg;
-    double ptol = quant ? 5e-2 : 1e-5, ltol = quant ? 5e-2 : 1e-5, sum = 0.0, ref_sum = 0.0;
+    double ptol = quant ? 5e-2 : r->bf16 ? BF16_PTOL : 1e-5;
+    double ltol = quant ? 5e-2 : r->bf16 ? BF16_LTOL : 1e-5, sum = 0.0, ref_sum = 0.0;
     for (int t = 0; t < STEPS; t++) {
         sum += loss[t] / n;
         ref_sum += ref_loss[t];
     }
-    if (fabs(sum - ref_sum) > (quant ? 1e-2 : 1e-5) * ref_sum)
+    if (fabs(sum - ref_sum) > (quant ? 1e-2 : r->bf16 ? BF16_LTOL : 1e-5) * ref_sum)
         return ST_RANK_FAIL("mean loss over %d steps %.9g, reference %.9g", STEPS, sum / STEPS,
                             ref_sum / STEPS);
-    if (getenv("ZERO_PRINT") && rank == 0 && quant)
+    if (getenv("ZERO_PRINT") && rank == 0 && (quant || r->bf16))
         for (int t = 0; t < STEPS; t++)
             fprintf(stderr, "step %d loss %.6f ref %.6f\n", t, loss[t] / n, ref_loss[t]);
     for (int t = 0; t < STEPS; t++) {
@@ -316,6 +327,12 @@ static int train(int rank, int n, void *arg)
         if (fabs(l - ref_loss[t]) > ltol * fmax(1.0, fabs(ref_loss[t])))
             return ST_RANK_FAIL("stage %d: loss at step %d is %.9g, reference %.9g", r->stage, t, l,
                                 ref_loss[t]);
+    }
+    if (getenv("ZERO_PRINT") && rank == 0 && (quant || r->bf16)) {
+        double worst = 0.0;
+        for (size_t j = 0; j < P; j++)
+            worst = fmax(worst, fabs((double)got[j] - ref[j]) / fmax(1.0, fabs(ref[j])));
+        fprintf(stderr, "largest parameter difference %.3g\n", worst);
     }
     for (size_t j = 0; j < P; j++)
         if (!(fabs((double)got[j] - ref[j]) <= ptol * fmax(1.0, fabs(ref[j]))))
@@ -365,8 +382,8 @@ static void run(int n, run_t *r, const char *what)
     st_ranks_opts_t o = {.deadline_ms = 120000, .expect_fail_rank = r->kill_rank,
                          .extra_env = r->kill_rank >= 0 ? "STRATA_COMM_TIMEOUT_MS=30000" : NULL};
     if (st_test_ranks(n, train, r, &o) != 0)
-        fail_msg("%s: %d ranks, stage %d, bucket %zu, tiers %d, qw %d qg %d failed", what, n,
-                 r->stage, r->bucket, r->ntiers, r->qw, r->qg);
+        fail_msg("%s: %d ranks, stage %d, bucket %zu, tiers %d, qw %d qg %d bf16 %d failed", what,
+                 n, r->stage, r->bucket, r->ntiers, r->qw, r->qg, r->bf16);
 }
 
 static void test_stages_flat(void **state)
@@ -552,6 +569,165 @@ static void test_quant_bound(void **state)
         fail_msg("quantisation bound, hpZ");
 }
 
+/* bf16 gradient reductions (bf16_grads), one backward with known gradients g_r[j] = gval(r, j).
+ *
+ * (a) The reduced averages against the fp32 reduction of the bf16-rounded inputs x_r = bf16(g_r)
+ * (exact in both formats; the reference sums them in double). The collective adds an element's n
+ * values pairwise along a tree (a ring: a chain of n-1 hops; tiers: level by level), each addition
+ * computed in fp32 and rounded to bf16; the engine widens the sum and multiplies by fl(1/n). One
+ * addition's result is off by at most u' = 2^-8 + 2^-23 of its magnitude (bf16 keeps 8 significand
+ * bits, round to nearest: 2^-8; the fp32 rounding before it, when the exponents differ by more than
+ * 16, adds at most 2^-24 (1 + 2^-8)). No value passes through more than n-1 additions, so
+ * (Higham, Accuracy and Stability, 4.2: any summation order) |sum - sum_r x_r| <= g(n-1) sum_r |x_r|,
+ * g(k) = k u' / (1 - k u'). The fp32 widening is exact; the scaling by fl(1/n) adds at most 2^-23
+ * relative. Bound: |got - sum_r x_r / n| <= (g(n-1) + 2^-23) sum_r |x_r| / n.
+ * The wire is bf16, not fp32: for n = 1, 2, 4 the scaling is exact, so got * n is the bf16 sum
+ * itself and must be a bf16 value (its low 16 bits zero); for n = 1, got is x_0 exactly.
+ * (c) The engine's reduce bytes are exactly half those of the same reduction in fp32. */
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; // nearest even (no NaNs here)
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One backward with g_r on a fresh engine; fills got[P] with this rank's reduced ranges (NaN
+ * elsewhere) and *bytes with the engine's reduce bytes. */
+static int reduce_once(strata_comm_t *c, const run_t *r, bool bf16, float *got, uint64_t *bytes)
+{
+    int rank = strata_comm_rank(c);
+    strata_zero_segment_t segs[MAXSEG];
+    size_t P = 0;
+    for (int s = 0; s < r->nseg; s++) {
+        segs[s] = (strata_zero_segment_t){P, r->counts[s]};
+        P += r->counts[s];
+    }
+    float *p = malloc(P * sizeof(float)), *g = malloc(P * sizeof(float));
+    for (size_t j = 0; j < P; j++) {
+        p[j] = gval(99, j);
+        g[j] = gval(rank, j);
+        got[j] = NAN;
+    }
+    strata_zero_config_t cfg = strata_zero_config_default();
+    cfg.stage = r->stage;
+    cfg.nparams = P;
+    cfg.nsegments = r->nseg;
+    cfg.segments = segs;
+    cfg.bucket_count = r->bucket;
+    cfg.ntiers = r->ntiers;
+    for (int t = 0; t < r->ntiers; t++)
+        cfg.tier_colors[t] = rank / r->tier_div[t];
+    cfg.bf16_grads = bf16;
+    strata_zero_t *z;
+    ST_RANK_CHECK_OK(strata_zero_create(c, &cfg, p, g, &z));
+    for (int s = r->nseg - 1; s >= 0; s--)
+        ST_RANK_CHECK_OK(strata_zero_grad_ready(z, s));
+    const strata_zero_shard_t *sh;
+    int k;
+    ST_RANK_CHECK_OK(strata_zero_step_begin(z, &sh, &k));
+    for (int i = 0; i < k; i++)
+        memcpy(got + sh[i].offset, sh[i].grads, sh[i].count * sizeof(float));
+    ST_RANK_CHECK_OK(strata_zero_step_end(z));
+    ST_RANK_CHECK_OK(strata_zero_sync(z));
+    *bytes = strata_zero_stats(z).bytes_sent_reduce;
+    strata_zero_destroy(z);
+    free(p);
+    free(g);
+    return 0;
+}
+
+static int bf16_bound(int rank, int n, void *arg)
+{
+    (void)rank;
+    const run_t *r = arg;
+    strata_comm_t *c = st_test_comm();
+    if (!c)
+        return ST_RANK_FAIL("no communicator: %s", strata_last_error());
+    size_t P = 0;
+    for (int s = 0; s < r->nseg; s++)
+        P += r->counts[s];
+    float *got = malloc(P * sizeof(float)), *got32 = malloc(P * sizeof(float));
+    uint64_t bytes, bytes32;
+    int bad = reduce_once(c, r, false, got32, &bytes32);
+    if (bad || (bad = reduce_once(c, r, true, got, &bytes)))
+        return bad;
+    if (n > 1 && (bytes32 == 0 || 2 * bytes != bytes32))
+        return ST_RANK_FAIL("reduce bytes: bf16 %llu, fp32 %llu (want half)",
+                            (unsigned long long)bytes, (unsigned long long)bytes32);
+    const double up = 1.0 / 256 + 1.0 / 8388608, gam = (n - 1) * up / (1 - (n - 1) * up);
+    bool pow2 = (n & (n - 1)) == 0;
+    size_t seen = 0;
+    for (size_t j = 0; j < P; j++) {
+        if (isnan(got[j]))
+            continue;
+        seen++;
+        double want = 0.0, mag = 0.0;
+        for (int q = 0; q < n; q++) {
+            double x = bf16_round(gval(q, j));
+            want += x;
+            mag += fabs(x);
+        }
+        double bound = (gam + 1.0 / 8388608) * mag / n, err = fabs(got[j] - want / n);
+        if (!(err <= bound))
+            return ST_RANK_FAIL("bf16-reduced gradient %zu is %.9g, want %.9g within %.3g (off %.3g)",
+                                j, got[j], want / n, bound, err);
+        if (pow2 && bf16_round(got[j] * (float)n) != got[j] * (float)n)
+            return ST_RANK_FAIL("gradient %zu: %.9g * %d is not a bf16 value: reduced in fp32?", j,
+                                got[j], n);
+        if (n == 1 && got[j] != bf16_round(gval(0, j)))
+            return ST_RANK_FAIL("one rank: gradient %zu is %.9g, want bf16(g) = %.9g", j, got[j],
+                                bf16_round(gval(0, j)));
+    }
+    if (seen == 0 && P >= (size_t)n * 3)
+        return ST_RANK_FAIL("no reduced gradient handed out");
+    free(got);
+    free(got32);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static void test_bf16_bound(void **state)
+{
+    (void)state;
+    // Buckets of 400 across segments of 700, 300, 1030 floats: partial buckets and pieces.
+    run_t r = {.stage = 0, .nseg = 3, .counts = {700, 300, 1030}, .bucket = 400, .kill_rank = -1};
+    const int sizes[] = {1, 3, 4};
+    for (int stage = 0; stage <= 3; stage++)
+        for (int i = 0; i < 3; i++) {
+            r.stage = stage;
+            if (st_test_ranks(sizes[i], bf16_bound, &r, NULL) != 0)
+                fail_msg("bf16 reduction bound, %d ranks, stage %d, flat", sizes[i], stage);
+        }
+    r.ntiers = 1; // 2 levels: 2 hosts of 2
+    r.tier_div[0] = 2;
+    for (int stage = 1; stage <= 3; stage++) {
+        r.stage = stage;
+        if (st_test_ranks(4, bf16_bound, &r, NULL) != 0)
+            fail_msg("bf16 reduction bound, 4 ranks, stage %d, hpZ", stage);
+    }
+}
+
+/* 20 steps with bf16 gradient reductions track the fp32 reference (the stated tolerances), with
+ * buckets still issued during the backward (overlap). */
+static void test_bf16(void **state)
+{
+    (void)state;
+    for (int stage = 0; stage <= 3; stage++) {
+        run_t r = base_run(stage, 16);
+        r.bf16 = true;
+        r.check_overlap = true;
+        run(3, &r, "bf16 grads");
+    }
+    run_t r = base_run(2, 30);
+    r.bf16 = true;
+    r.ntiers = 2; // 3-level on 8 = 2 x 2 x 2
+    r.tier_div[0] = 2;
+    r.tier_div[1] = 4;
+    run(8, &r, "bf16 grads 3-level");
+}
+
 /* Bad configurations are refused with a message, collectively (no rank hangs). */
 static int bad_configs(int rank, int n, void *arg)
 {
@@ -572,6 +748,13 @@ static int bad_configs(int rank, int n, void *arg)
     if (strata_zero_create(c, &cfg, p, g, &z) != STRATA_ERR_INVALID_ARG)
         return ST_RANK_FAIL("qwZ at stage 1 was accepted");
     cfg.quant_weights = false;
+    cfg.stage = 2;
+    cfg.quant_grads = cfg.bf16_grads = true;
+    if (strata_zero_create(c, &cfg, p, g, &z) != STRATA_ERR_INVALID_ARG ||
+        !strstr(strata_last_error(), "bf16_grads"))
+        return ST_RANK_FAIL("qgZ with bf16 gradients was accepted (or unexplained): %s",
+                            strata_last_error());
+    cfg.quant_grads = cfg.bf16_grads = false;
     cfg.stage = 3;
     cfg.ntiers = 1;
     cfg.tier_colors[0] = rank == 0 ? 0 : 1; // groups of 1 and n-1: unequal
@@ -595,6 +778,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_flat), cmocka_unit_test(test_hier),
         cmocka_unit_test(test_quant_bound), cmocka_unit_test(test_quant),
+        cmocka_unit_test(test_bf16_bound), cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_dead_peer),
         cmocka_unit_test(test_bad_configs),
     };

@@ -55,6 +55,9 @@ static void usage(FILE *f)
             "                     rack, ... or a level number; STRATA_TOPO_PATH places ranks)\n"
             "  --tiers 3          3-level partition over the fabric's two fastest splitting levels\n"
             "  --qwz --qgz        int8 weight all-gathers / gradient reduce-scatters\n"
+            "  --grad-dtype fp32|bf16   gradient reductions in bf16: half the bytes (fp32\n"
+            "                     accumulation per addition; master weights, optimizer and\n"
+            "                     norm stay fp32; not with --qgz) [fp32]\n"
             "  --bucket N         floats per gradient bucket [engine default]\n"
             "  --tp N             tensor parallelism over groups of N ranks (Megatron-LM cuts; N\n"
             "                     divides heads, vocab, d_ff); data parallelism over the rest\n"
@@ -143,6 +146,7 @@ static int tier_colors(strata_comm_t *comm, const strata_train_config_t *cfg,
     zc->stage = cfg->zero;
     zc->quant_weights = cfg->qwz;
     zc->quant_grads = cfg->qgz;
+    zc->bf16_grads = cfg->bf16_grads;
     zc->bucket_count = (size_t)cfg->bucket;
     const strata_fabric_t *f = strata_comm_fabric(comm);
     int r = strata_comm_rank(comm);
@@ -235,7 +239,7 @@ int cmd_train(int argc, char **argv)
     int plan_ranks = 0; // --plan: the ranks the plan is for
     enum { O_CONFIG = 256, O_DATA, O_LAYERS, O_HEADS, O_DIM, O_FF, O_MAXSEQ, O_BATCH, O_SEQ,
            O_STEPS, O_OPT, O_LR, O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEED, O_THREADS, O_CKDIR,
-           O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_BUCKET,
+           O_CKEVERY, O_KEEP, O_RESUME, O_METRICS, O_TRACE, O_TRACESTEP, O_EVAL, O_QUIET, O_PROGEVERY, O_ZERO, O_HPZ, O_TIERS, O_QWZ, O_QGZ, O_GRADDT, O_BUCKET,
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
            O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT,
            O_PRECISION, O_PARALLEL, O_WINDOW, O_NORM, O_MLP, O_POS, O_NOBIAS, O_THETA, O_LLAMA,
@@ -252,7 +256,8 @@ int cmd_train(int argc, char **argv)
         {"trace-step", 1, 0, O_TRACESTEP}, {"eval-every", 1, 0, O_EVAL}, {"quiet", 0, 0, O_QUIET},
         {"progress-every", 1, 0, O_PROGEVERY},
         {"zero", 1, 0, O_ZERO},         {"hpz", 1, 0, O_HPZ},         {"tiers", 1, 0, O_TIERS},
-        {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"bucket", 1, 0, O_BUCKET},
+        {"qwz", 0, 0, O_QWZ},           {"qgz", 0, 0, O_QGZ},         {"grad-dtype", 1, 0, O_GRADDT},
+        {"bucket", 1, 0, O_BUCKET},
         {"nonfinite", 1, 0, O_NONFINITE}, {"mem-ckpt-dir", 1, 0, O_MEMDIR},
         {"mem-ckpt-every", 1, 0, O_MEMEVERY}, {"straggler-window", 1, 0, O_STRAGGLER},
         {"tp", 1, 0, O_TP},             {"sp", 0, 0, O_SP},           {"order", 1, 0, O_ORDER},
@@ -370,6 +375,13 @@ int cmd_train(int argc, char **argv)
             break;
         }
         case O_QGZ: cfg.qgz = true; break;
+        case O_GRADDT:
+            if (strata_grad_dtype_parse(optarg, &cfg.bf16_grads) < 0) {
+                fprintf(stderr, "strata train: --grad-dtype expects fp32 or bf16, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_BUCKET: if (!num(flag, optarg, 0, 1e12, &d)) return 2; cfg.bucket = (int64_t)d; break;
         case O_NONFINITE:
             if (strata_nonfinite_parse(optarg, &cfg.nonfinite) < 0) {
@@ -429,6 +441,12 @@ int cmd_train(int argc, char **argv)
         return 1;
     if (cfg.hpz[0] && cfg.tiers == 3)
         return cmd_fail("give one of them", "--hpz and --tiers 3 are two different partitions");
+    if (cfg.bf16_grads && cfg.qgz)
+        return cmd_fail("give one of them", "--grad-dtype bf16 and --qgz are two encodings of the "
+                        "gradient reductions (qgZ already sends int8)");
+    if (cfg.bf16_grads && cfg.optimizer_in_pool)
+        return cmd_fail("drop --grad-dtype bf16", "--grad-dtype bf16 with --optimizer-in-pool: the "
+                        "gradients go to the pool, not through the ZeRO engine's reductions");
     // A launcher's environment with more than one rank: data parallel.
     strata_comm_t *comm = NULL;
     strata_comm_config_t cc;
@@ -444,9 +462,10 @@ int cmd_train(int argc, char **argv)
         return cmd_fail("run it with that many ranks, or plan for this job's", "--plan: the plan "
                         "is for %d ranks (tp x pp x dp), this job has %d", plan_ranks, world);
     }
-    if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz || cfg.sp ||
-                  cfg.order[0]))
-        fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz/--sp/--order "
+    if (!comm && (cfg.zero || cfg.hpz[0] || cfg.tiers || cfg.qwz || cfg.qgz || cfg.bf16_grads ||
+                  cfg.sp || cfg.order[0]))
+        fprintf(stderr, "strata train: one process: --zero/--hpz/--tiers/--qwz/--qgz/--grad-dtype/"
+                "--sp/--order "
                 "have no effect (run under strata launch -n N)\n");
     if (!comm && cfg.pp > 1)
         return cmd_fail("run it under a launcher with a multiple of that many ranks, e.g. strata "
@@ -482,13 +501,14 @@ int cmd_train(int argc, char **argv)
         else if (cfg.precision == STRATA_PREC_BF16)
             fprintf(stderr, " (bf16 asked for: this CPU has no bf16 units)");
         if (comm)
-            fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s%s",
+            fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s%s%s",
                     strata_comm_size(comm), cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,
                     cfg.tp > 1 ? (cfg.sp ? " with SP" : "") : "", cfg.pp > 1 ? ", PP=" : "",
                     cfg.pp > 1 ? cfg.pp : 0, cfg.pp > 1 ? " " : "",
                     cfg.pp > 1 ? strata_schedule_name(cfg.schedule) : "", cfg.zero,
                     cfg.hpz[0] ? ", hpZ in " : "", cfg.hpz, cfg.tiers == 3 ? ", 3-level" : "",
                     cfg.qwz ? ", qwZ" : "", cfg.qgz ? ", qgZ" : "",
+                    cfg.bf16_grads ? ", bf16 gradients" : "",
                     cfg.optimizer_in_pool ? ", optimizer in the pool" : "");
         fputc('\n', stderr);
     }
