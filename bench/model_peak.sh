@@ -17,8 +17,8 @@ while (($#)); do
 done
 declare -A shape=([3.3M]="--layers 4 --heads 8 --dim 256 --seq 128 --batch 8"
                   [85M]="--layers 12 --heads 12 --dim 768 --seq 256 --batch 4")
-printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s\n' size prec threads strata_tok/s torch_tok/s ratio \
-    strata_MFU torch_MFU
+printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s  %s\n' size prec threads strata_tok/s torch_tok/s ratio \
+    strata_MFU torch_MFU peak
 for size in $sizes; do
     for prec in $precisions; do
         for th in $threads; do
@@ -28,8 +28,9 @@ for size in $sizes; do
             s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
             t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
             r=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")
-            printf '%-6s %-5s %-7s %12s %12s %6sx %8s%% %8s%%\n' "$size" "$prec" "$th" \
-                "${s% *}" "${t% *}" "$r" "${s#* }" "${t#* }"
+            pk=$(sed -nE 's/^peak measured by strata: ([0-9]+) GFLOP.*/\1/p' <<<"$out")
+            printf '%-6s %-5s %-7s %12s %12s %6sx %8s%% %8s%%  %s GFLOP/s\n' "$size" "$prec" "$th" \
+                "${s% *}" "${t% *}" "$r" "${s#* }" "${t#* }" "$pk"
         done
     done
 done

@@ -23,10 +23,12 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "model: L=$layers C=$dim heads=$heads T=$seq batch=$batch, $steps steps ($warm warm-up), $threads thread(s), $precision"
-OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads build/release/strata train --quiet \
+OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads STRATA_PROGRESS=lines build/release/strata train \
     --layers "$layers" --heads "$heads" --dim "$dim" --seq "$seq" --batch "$batch" \
     --steps "$steps" --threads "$threads" --lr 1e-3 --warmup 0 --precision "$precision" \
-    --metrics "$tmp/m.jsonl" 2>/dev/null
+    --progress-every 1000 --metrics "$tmp/m.jsonl" 2>"$tmp/err"
+peak=$(sed -nE 's/.*MFU [0-9.]+% of ([0-9]+ GFLOP\/s [a-z0-9]+).*/\1/p' "$tmp/err")
+echo "peak measured by strata: $peak"
 # MFU per token/s: the model's FLOPs per token over the peak strata measured (the same in every
 # step's record), so torch's MFU is its tokens/s times the same factor.
 read -r s per < <(/usr/bin/python3 -c "

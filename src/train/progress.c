@@ -31,7 +31,7 @@ void st_progress_start(st_progress_t *p, const strata_trainer_t *t, double flops
     *p = (st_progress_t){.on = c->progress, .every_s = c->progress_every,
                          .first_step = t->step, .tokens_step = (double)c->batch * c->seq,
                          .flops_tok = flops_tok, .peak_flops = t->peak_gflops * 1e9 * t->nranks,
-                         .loss = NAN, .val = NAN};
+                         .rank_peak_flops = t->peak_gflops * 1e9, .loss = NAN, .val = NAN};
     if (p->on)
         p->redraw = want_redraw();
     p->start_ns = p->shown_ns = st_now_ns();
@@ -168,8 +168,10 @@ void st_progress_summary(st_progress_t *p)
     if (isfinite(p->val))
         snprintf(val, sizeof val, " | val loss %.4f (step %" PRId64 ")", p->val, p->val_step);
     double tps = p->steps_s > 0 ? (double)p->nsteps * p->tokens_step / p->steps_s : 0;
+    // The peak named is one rank's, measured at the run's precision and threads.
     fprintf(stderr, "strata train: ran steps %" PRId64 "-%" PRId64 " in %s | final loss %.4f%s | "
-            "mean %.0f tok/s, MFU %.1f%% (over the steps' time)\n", p->first_step + 1, p->step,
-            wall, (double)p->loss, val, tps, 100 * mfu_of(p, tps));
+            "mean %.0f tok/s, MFU %.1f%% of %.0f GFLOP/s %s (over the steps' time)\n",
+            p->first_step + 1, p->step, wall, (double)p->loss, val, tps, 100 * mfu_of(p, tps),
+            p->rank_peak_flops * 1e-9, strata_precision_name(strata_blas_precision()));
     fflush(stderr);
 }

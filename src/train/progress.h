@@ -33,6 +33,7 @@ typedef struct st_progress {
     double tokens_step;  /* tokens of one step (the global batch) */
     double flops_tok;    /* model flops per token (forward and backward) */
     double peak_flops;   /* every rank's measured GEMM peak together, flop/s; 0 = unknown */
+    double rank_peak_flops; /* one rank's, for the summary */
     float loss;          /* the last step's */
     double val;          /* the last validation loss; NaN = none yet */
     int64_t val_step;    /* the step it was computed after */

@@ -36,7 +36,7 @@ check "file: one line per step at --progress-every 0" test "$(steps "$W/every.er
 check "file: the validation loss shown from its step on" \
     test "$(grep -c '| val [0-9.]* (step \(5\|10\|12\)) |' "$W/every.err")" -eq 8
 summary() {
-    tail -n 1 "$1" | grep -q "^$2strata train: ran steps 1-$3 in .* | final loss [0-9.]* | val loss [0-9.]* (step $3) | mean [0-9]* tok/s, MFU [0-9.]*% (over the steps' time)$"
+    tail -n 1 "$1" | grep -q "^$2strata train: ran steps 1-$3 in .* | final loss [0-9.]* | val loss [0-9.]* (step $3) | mean [0-9]* tok/s, MFU [0-9.]*% of [0-9]* GFLOP/s fp32 (over the steps' time)$"
 }
 check "file: a summary ends the run" summary "$W/every.err" "" 12
 
