@@ -91,7 +91,7 @@ void st_attention_forward(float *out, float *att, const float *qkv, int B, int T
 {
     att_job_t j = {
         .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH, .window = window};
-    st_parallel_range((size_t)B * NH, 1, forward_heads, &j);
+    st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
 }
 
 ST_VEC_CLONES
@@ -167,5 +167,5 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
                    .NH = NH,
                    .window = window};
     size_t pairs = (size_t)B * NH, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
-    st_parallel_range(pairs, per, backward_heads, &j);
+    st_parallel_products(pairs, per, backward_heads, &j);
 }

@@ -14,6 +14,11 @@
 void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
+/* st_parallel_range (parallel_range.h) for pieces that call st_sgemm: the pieces' products each
+ * run on their piece's thread instead of asking the BLAS for every thread at once. */
+void st_parallel_products(size_t n, size_t grain, void (*fn)(void *ctx, size_t b, size_t e),
+                          void *ctx);
+
 /* out[B,T,C] = wte[tok[b,t] - v0] + wpe[t], where wte holds the vocabulary rows [v0, v1) (a token
  * outside them contributes zeros) and wpe may be NULL (no position term). */
 void st_encoder_forward(float *out, const int32_t *tok, const float *wte, int v0, int v1,
