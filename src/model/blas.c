@@ -2,7 +2,9 @@
  * thread count, and the measured GEMM peak. Every matrix product of the model (linear layers, the
  * tied head, attention's q k^T and att v per head) comes through st_sgemm, so swapping the BLAS,
  * the precision or counting FLOPs touches only this file. FP32 runs OpenBLAS's sgemm; BF16 runs
- * gemm_bf16.c, and any call it cannot run (out of memory) is computed in float32 instead. */
+ * gemm_bf16.c, and any call it cannot run (out of memory) is computed in float32 instead. Pieces
+ * of work that multiply matrices side by side go through st_parallel_products, which keeps the
+ * BLAS's own threads out of their way. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-/* The bfloat16 matrix products behind st_sgemm at STRATA_PRECISION_BF16 (gemm_bf16.c, oneDNN).
+/* The bfloat16 matrix products behind st_sgemm at STRATA_PREC_BF16 (gemm_bf16.c, oneDNN).
  * Internal to the model part. */
 #ifndef ST_MODEL_GEMM_H
 #define ST_MODEL_GEMM_H

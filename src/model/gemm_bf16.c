@@ -1,4 +1,4 @@
-/* The model's bfloat16 matrix products (STRATA_PRECISION_BF16): both operands are rounded to bf16
+/* The model's bfloat16 matrix products (STRATA_PREC_BF16): both operands are rounded to bf16
  * into per-thread scratch, then oneDNN's matmul multiplies them on the CPU's AMX or AVX512-BF16
  * units with float32 accumulation and writes float32, with alpha as the output scale and beta as a
  * sum post-op, so the contract is sgemm's. Why oneDNN: Debian's OpenBLAS declares cblas_sbgemm but
