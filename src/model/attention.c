@@ -40,7 +40,7 @@ static inline int block_keys(int r0, int window)
 typedef struct att_job {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *patt;
-    int B, T, C, NH, window;
+    int T, C, NH, window;
 } att_job_t;
 
 /* Heads [h0, h1) of the B * NH (batch row, head) pairs. */
@@ -90,7 +90,7 @@ void st_attention_forward(float *out, float *att, const float *qkv, int B, int T
                           int window)
 {
     att_job_t j = {
-        .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH, .window = window};
+        .out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH, .window = window};
     st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
 }
 
@@ -161,7 +161,6 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
                    .qkv = qkv,
                    .dout = dout,
                    .patt = att,
-                   .B = B,
                    .T = T,
                    .C = C,
                    .NH = NH,

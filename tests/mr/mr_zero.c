@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "harness/st_test.h"
 #include "strata/parallel.h"
 #include "strata/trace.h"
@@ -474,24 +475,26 @@ static float gval(int r, size_t j)
     return (float)(sin(0.37 * (double)j + r) * (1.0 + (double)(j % 7)));
 }
 
-static int quant_bound(int rank, int n, void *arg)
+/* The engine of the bound tests for this rank: r's segments (into segs, P floats in all),
+ * parameters gval(99, .) and gradients gval(rank, .) in fresh arenas *p, *g, r's stage, bucket,
+ * tiers and quantisation. */
+static strata_zero_config_t bound_config(const run_t *r, int rank, strata_zero_segment_t *segs,
+                                         size_t *P, float **p, float **g)
 {
-    const run_t *r = arg;
-    strata_comm_t *c = st_test_comm();
-    strata_zero_segment_t segs[MAXSEG];
-    size_t P = 0;
+    *P = 0;
     for (int s = 0; s < r->nseg; s++) {
-        segs[s] = (strata_zero_segment_t){P, r->counts[s]};
-        P += r->counts[s];
+        segs[s] = (strata_zero_segment_t){*P, r->counts[s]};
+        *P += r->counts[s];
     }
-    float *p = malloc(P * sizeof(float)), *g = malloc(P * sizeof(float));
-    for (size_t j = 0; j < P; j++) {
-        p[j] = gval(99, j);
-        g[j] = gval(rank, j);
+    *p = malloc(*P * sizeof(float));
+    *g = malloc(*P * sizeof(float));
+    for (size_t j = 0; j < *P; j++) {
+        (*p)[j] = gval(99, j);
+        (*g)[j] = gval(rank, j);
     }
     strata_zero_config_t cfg = strata_zero_config_default();
     cfg.stage = r->stage;
-    cfg.nparams = P;
+    cfg.nparams = *P;
     cfg.nsegments = r->nseg;
     cfg.segments = segs;
     cfg.bucket_count = r->bucket;
@@ -500,6 +503,17 @@ static int quant_bound(int rank, int n, void *arg)
         cfg.tier_colors[t] = rank / r->tier_div[t];
     cfg.quant_weights = r->qw;
     cfg.quant_grads = r->qg;
+    return cfg;
+}
+
+static int quant_bound(int rank, int n, void *arg)
+{
+    const run_t *r = arg;
+    strata_comm_t *c = st_test_comm();
+    strata_zero_segment_t segs[MAXSEG];
+    size_t P;
+    float *p, *g;
+    strata_zero_config_t cfg = bound_config(r, rank, segs, &P, &p, &g);
     strata_zero_t *z;
     ST_RANK_CHECK_OK(strata_zero_create(c, &cfg, p, g, &z));
     for (int s = 0; s < r->nseg; s++) {
@@ -586,11 +600,7 @@ static void test_quant_bound(void **state)
  * (c) The engine's reduce bytes are exactly half those of the same reduction in fp32. */
 static float bf16_round(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; // nearest even (no NaNs here)
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return st_bf16_to_f32(st_f32_to_bf16(f)); // the engine's own rounding (base/bf16.h)
 }
 
 /* One backward with g_r on a fresh engine; fills got[P] with this rank's reduced ranges (NaN
@@ -599,26 +609,11 @@ static int reduce_once(strata_comm_t *c, const run_t *r, bool bf16, float *got, 
 {
     int rank = strata_comm_rank(c);
     strata_zero_segment_t segs[MAXSEG];
-    size_t P = 0;
-    for (int s = 0; s < r->nseg; s++) {
-        segs[s] = (strata_zero_segment_t){P, r->counts[s]};
-        P += r->counts[s];
-    }
-    float *p = malloc(P * sizeof(float)), *g = malloc(P * sizeof(float));
-    for (size_t j = 0; j < P; j++) {
-        p[j] = gval(99, j);
-        g[j] = gval(rank, j);
+    size_t P;
+    float *p, *g;
+    strata_zero_config_t cfg = bound_config(r, rank, segs, &P, &p, &g);
+    for (size_t j = 0; j < P; j++)
         got[j] = NAN;
-    }
-    strata_zero_config_t cfg = strata_zero_config_default();
-    cfg.stage = r->stage;
-    cfg.nparams = P;
-    cfg.nsegments = r->nseg;
-    cfg.segments = segs;
-    cfg.bucket_count = r->bucket;
-    cfg.ntiers = r->ntiers;
-    for (int t = 0; t < r->ntiers; t++)
-        cfg.tier_colors[t] = rank / r->tier_div[t];
     cfg.bf16_grads = bf16;
     strata_zero_t *z;
     ST_RANK_CHECK_OK(strata_zero_create(c, &cfg, p, g, &z));
