@@ -48,21 +48,38 @@ void st_encoder_backward(float *dwte, int v0, int v1, float *dwpe, const float *
         }
 }
 
-typedef struct ln_job {
-    float *out, *mean, *rstd;
-    const float *inp, *w, *b;
+/* The norms' forward, LayerNorm (mean not NULL) or RMSNorm, with the residual add fused in: with
+ * res not NULL each row becomes inp + res (written to sum) before it is normalised, while it is in
+ * cache, so the pair costs one pass over the rows instead of two. */
+typedef struct norm_job {
+    float *out, *mean, *rstd, *sum;
+    const float *inp, *res, *w, *b;
     int C;
     float eps;
-} ln_job_t;
+} norm_job_t;
 
 ST_VEC_CLONES
-static void layernorm_rows(void *ctx, size_t n0, size_t n1)
+static void norm_rows(void *ctx, size_t n0, size_t n1)
 {
-    const ln_job_t *j = ctx;
+    const norm_job_t *j = ctx;
     int C = j->C;
     for (size_t n = n0; n < n1; n++) {
         const float *x = j->inp + n * C;
         float *o = j->out + n * C;
+        if (j->res) {
+            const float *r = j->res + n * C;
+            float *y = j->sum + n * C;
+            for (int i = 0; i < C; i++)
+                y[i] = x[i] + r[i];
+            x = y;
+        }
+        if (!j->mean) { // RMSNorm
+            float s = 1.f / sqrtf(st_dot(x, x, C) / (float)C + j->eps);
+            for (int i = 0; i < C; i++)
+                o[i] = x[i] * s * j->w[i];
+            j->rstd[n] = s;
+            continue;
+        }
         float m = st_sum(x, C) / (float)C;
         // The centred row goes through the output buffer, so the variance is a plain dot product.
         for (int i = 0; i < C; i++)
@@ -76,11 +93,33 @@ static void layernorm_rows(void *ctx, size_t n0, size_t n1)
     }
 }
 
+static void norm_forward(const norm_job_t *j, int N)
+{
+    st_parallel_range((size_t)N, ROW_GRAIN(j->C), norm_rows, (void *)j);
+}
+
 void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                           const float *b, int N, int C, float eps)
 {
-    ln_job_t j = {out, mean, rstd, inp, w, b, C, eps};
-    st_parallel_range((size_t)N, ROW_GRAIN(C), layernorm_rows, &j);
+    norm_forward(&(norm_job_t){out, mean, rstd, NULL, inp, NULL, w, b, C, eps}, N);
+}
+
+void st_add_layernorm_forward(float *out, float *mean, float *rstd, float *x, const float *res,
+                              const float *w, const float *b, int N, int C, float eps)
+{
+    norm_forward(&(norm_job_t){out, mean, rstd, x, x, res, w, b, C, eps}, N);
+}
+
+void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps)
+{
+    norm_forward(&(norm_job_t){out, NULL, rstd, NULL, inp, NULL, w, NULL, C, eps}, N);
+}
+
+void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res, const float *w,
+                            int N, int C, float eps)
+{
+    norm_forward(&(norm_job_t){out, NULL, rstd, x, x, res, w, NULL, C, eps}, N);
 }
 
 ST_VEC_CLONES
@@ -260,20 +299,6 @@ void st_add_inplace(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] += inp[i];
-}
-
-ST_VEC_CLONES
-void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                        float eps)
-{
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float s = 1.f / sqrtf(st_dot(x, x, C) / (float)C + eps);
-        for (int i = 0; i < C; i++)
-            o[i] = x[i] * s * w[i];
-        rstd[n] = s;
-    }
 }
 
 ST_VEC_CLONES

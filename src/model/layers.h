@@ -38,6 +38,14 @@ void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 /* RMSNorm: out[N,C] = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd[N]. */
 void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps);
+
+/* The residual add fused into the norm's pass: x[N,C] += res (in place), then the norm of the sum
+ * as above, each row normalised while it is still in cache (one pass over x where the add and the
+ * norm took two). */
+void st_add_layernorm_forward(float *out, float *mean, float *rstd, float *x, const float *res,
+                              const float *w, const float *b, int N, int C, float eps);
+void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res, const float *w,
+                            int N, int C, float eps);
 /* dinp[N,C] += ..., dw[C] += ... */
 void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                          const float *w, const float *rstd, int N, int C);

@@ -77,12 +77,19 @@ static int block_seg(const strata_gpt_t *m, int l)
     return m->seg_block0 + m->blk[l];
 }
 
-/* The configured norm (LayerNorm or RMSNorm; b ST_AT's NULL for RMSNorm) of R rows of x into out. */
-static void norm_forward(const strata_gpt_t *m, float *out, float *mean, float *rstd, const float *x,
-                         const float *w, const float *b, int R)
+/* The configured norm (LayerNorm or RMSNorm; b ST_AT's NULL for RMSNorm) of R rows of x into out;
+ * with res not NULL, x += res first in the same pass (the residual add a block's output leaves to
+ * its reader). */
+static void norm_forward(const strata_gpt_t *m, float *out, float *mean, float *rstd, float *x,
+                         const float *res, const float *w, const float *b, int R)
 {
     const strata_gpt_config_t *c = &m->cfg;
-    if (c->norm == STRATA_GPT_NORM_RMSNORM)
+    bool rms = c->norm == STRATA_GPT_NORM_RMSNORM;
+    if (res && rms)
+        st_add_rmsnorm_forward(out, rstd, x, res, w, R, c->d_model, c->ln_eps);
+    else if (res)
+        st_add_layernorm_forward(out, mean, rstd, x, res, w, b, R, c->d_model, c->ln_eps);
+    else if (rms)
         st_rmsnorm_forward(out, rstd, x, w, R, c->d_model, c->ln_eps);
     else
         st_layernorm_forward(out, mean, rstd, x, w, b, R, c->d_model, c->ln_eps);
@@ -117,22 +124,29 @@ static const float *mlp_input(const strata_gpt_t *m, const block_acts_t *a)
     return m->cfg.parallel ? a->ln1 : a->ln2;
 }
 
-static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p,
-                                     const float *x, int B, int T)
+/* The block's input is x + xres: with xres not NULL (the previous block's res1, whose residual add
+ * that block left to its reader) ln1's pass completes x in place. The block leaves res2 without
+ * its residual res1 in turn, for the next norm to add: the residual add rides every norm's pass
+ * (st_add_layernorm_forward). */
+static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p, float *x,
+                                     const float *xres, int B, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
-    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o->ln1w, ST_AT(p, o->ln1b), R);
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
     ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
     st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, c->window);
     st_model_progress(m);
-    ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, ST_AT(p, o->projb), x, N, Cl, C));
-    if (!c->parallel) // the parallel block's MLP reads ln1 too, and adds to res1 = x + attn
-        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p + o->ln2w, ST_AT(p, o->ln2b),
-                     R);
+    // The parallel block's MLP reads ln1 too and adds to res1 = x + attn: no norm reads res1, so
+    // it takes its residual here. Otherwise ln2's pass adds it.
+    ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, ST_AT(p, o->projb),
+                             c->parallel ? x : NULL, N, Cl, C));
+    if (!c->parallel)
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, x, p + o->ln2w,
+                     ST_AT(p, o->ln2b), R);
     // GeLU with a bias: the bias rides the GeLU's pass (st_bias_gelu_forward), not the product's.
     const float *fcb = ST_AT(p, o->fcb);
     bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && fcb;
@@ -145,14 +159,15 @@ static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const flo
         st_bias_gelu_forward(a->fch, a->fch_gelu, fcb, N, Fl);
     else
         st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
-    return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, ST_AT(p, o->fc2b), a->res1, N,
-                             Fl, C);
+    return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, ST_AT(p, o->fc2b), NULL, N, Fl,
+                             C);
 }
 
-static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p,
-                                          const float *x, int R)
+static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p, float *x,
+                                          const float *xres, int R)
 {
-    norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, p + m->lnfw, ST_AT(p, m->lnfb), R);
+    norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, xres, p + m->lnfw, ST_AT(p, m->lnfb),
+                 R);
     return STRATA_OK;
 }
 
@@ -226,19 +241,24 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
     } else {
         memcpy(sl->encoded, input, (size_t)R * C * sizeof(float));
     }
-    const float *x = sl->encoded;
+    float *x = sl->encoded;
+    const float *xres = NULL; // the residual x still lacks (block_forward)
     for (int l = l0; l < l1; l++) {
         const char *nm = NAMED(fwd_names, l, "block.fwd");
         block_acts_t *a = &sl->ba[m->blk[l]];
         strata_trace_begin("compute", nm);
-        WITH_SEG(m, block_seg(m, l), false, p, block_forward(m, a, p, x, B, T));
+        WITH_SEG(m, block_seg(m, l), false, p, block_forward(m, a, p, x, xres, B, T));
         strata_trace_end("compute", nm);
         x = a->res2;
+        xres = a->res1;
     }
-    if (!head)
+    if (!head) { // the chunk's output, whole for the next stage
+        if (xres)
+            st_add_inplace(x, xres, (size_t)R * C);
         return STRATA_OK;
+    }
     strata_trace_begin("compute", "head.fwd");
-    WITH_SEG(m, m->seg_final, false, p, final_norm_forward(m, sl, p, x, R));
+    WITH_SEG(m, m->seg_final, false, p, final_norm_forward(m, sl, p, x, xres, R));
     WITH_SEG(m, head_seg(m), false, p, head_forward(m, sl, p, N));
     st_model_progress(m);
     sl->logits_valid = true;

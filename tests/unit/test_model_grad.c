@@ -247,6 +247,36 @@ static void test_bias_gelu(void **state)
     free(x), free(y), free(d2), free(db2);
 }
 
+/* The residual add fused into the norms' pass: bit for bit the add then the norm, and x holds the
+ * sum afterwards (the model's blocks read it back as the residual stream). */
+static void test_add_norm(void **state)
+{
+    (void)state;
+    int N = 7, C = 40;
+    size_t n = (size_t)N * C;
+    float *x = rnd(n, 2), *res = rnd(n, 2), *w = rnd(C, 1), *b = rnd(C, 1);
+    float *y = zeros(n), *x2 = zeros(n), *o1 = zeros(n), *o2 = zeros(n);
+    float *m1 = zeros(N), *s1 = zeros(N), *m2 = zeros(N), *s2 = zeros(N);
+    for (int rms = 0; rms < 2; rms++) {
+        memcpy(y, x, n * sizeof(float));
+        st_add_inplace(y, res, n);
+        memcpy(x2, x, n * sizeof(float));
+        if (rms) {
+            st_rmsnorm_forward(o1, s1, y, w, N, C, 1e-5f);
+            st_add_rmsnorm_forward(o2, s2, x2, res, w, N, C, 1e-5f);
+        } else {
+            st_layernorm_forward(o1, m1, s1, y, w, b, N, C, 1e-5f);
+            st_add_layernorm_forward(o2, m2, s2, x2, res, w, b, N, C, 1e-5f);
+            assert_memory_equal(m1, m2, N * sizeof(float));
+        }
+        assert_memory_equal(x2, y, n * sizeof(float));
+        assert_memory_equal(o1, o2, n * sizeof(float));
+        assert_memory_equal(s1, s2, N * sizeof(float));
+    }
+    free(x), free(res), free(w), free(b), free(y), free(x2), free(o1), free(o2);
+    free(m1), free(s1), free(m2), free(s2);
+}
+
 /* ---- attention ---- */
 typedef struct { float *qkv, *att; int B, T, C, NH, W; } at_t;
 static void at_fwd(void *c, float *out)
@@ -544,6 +574,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_add_norm),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
