@@ -122,16 +122,28 @@ void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res,
     norm_forward(&(norm_job_t){out, NULL, rstd, x, x, res, w, NULL, C, eps}, N);
 }
 
+/* The norms' and the bias's backward on the threads. The input gradient goes by rows (each row
+ * its own reductions); the weight and bias gradients, sums over the rows, go by column stripes in
+ * a second pass, each column summed in row order: the serial loop's result, bit for bit, whatever
+ * the thread count. mean NULL: RMSNorm (no db). */
+typedef struct norm_bwd_job {
+    float *dinp, *dw, *db;
+    const float *dout, *inp, *w, *mean, *rstd;
+    int N, C;
+} norm_bwd_job_t;
+
 ST_VEC_CLONES
-void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, const float *mean, const float *rstd, int N, int C)
+static void norm_backward_rows(void *ctx, size_t n0, size_t n1)
 {
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * C;
-        const float *x = inp + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        // Two reductions, mean of dnorm and mean of dnorm * norm, in lanes (vecmath.h).
+    const norm_bwd_job_t *j = ctx;
+    int C = j->C;
+    const float *w = j->w;
+    for (size_t n = n0; n < n1; n++) {
+        const float *d = j->dout + n * C, *x = j->inp + n * C;
+        float *dx = j->dinp + n * C;
+        float m = j->mean ? j->mean[n] : 0.f, s = j->rstd[n];
+        // LayerNorm: two reductions, mean of dnorm and mean of dnorm * norm; RMSNorm only the
+        // second (norm = x s). In lanes (vecmath.h).
         float a1[ST_LANES] = {0}, a2[ST_LANES] = {0};
         int i = 0;
         for (; i + ST_LANES <= C; i += ST_LANES)
@@ -147,16 +159,46 @@ void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
             a1[k] += dn;
             a2[k] += dn * norm;
         }
-        float dn_mean = st_lanes_sum(a1) / (float)C;
+        float dn_mean = j->mean ? st_lanes_sum(a1) / (float)C : 0.f;
         float dn_norm_mean = st_lanes_sum(a2) / (float)C;
         for (i = 0; i < C; i++) {
             float norm = (x[i] - m) * s;
-            float dn = w[i] * d[i];
-            db[i] += d[i];
-            dw[i] += norm * d[i];
-            dx[i] += (dn - dn_mean - norm * dn_norm_mean) * s;
+            dx[i] += (w[i] * d[i] - dn_mean - norm * dn_norm_mean) * s;
         }
     }
+}
+
+ST_VEC_CLONES
+static void norm_backward_cols(void *ctx, size_t c0, size_t c1)
+{
+    const norm_bwd_job_t *j = ctx;
+    for (int n = 0; n < j->N; n++) {
+        const float *d = j->dout + (size_t)n * j->C, *x = j->inp + (size_t)n * j->C;
+        float m = j->mean ? j->mean[n] : 0.f, s = j->rstd[n];
+        for (size_t i = c0; i < c1; i++) {
+            if (j->db)
+                j->db[i] += d[i];
+            j->dw[i] += (x[i] - m) * s * d[i];
+        }
+    }
+}
+
+static void norm_backward(const norm_bwd_job_t *j)
+{
+    st_parallel_range((size_t)j->N, ROW_GRAIN(j->C), norm_backward_rows, (void *)j);
+    st_parallel_range((size_t)j->C, 64, norm_backward_cols, (void *)j);
+}
+
+void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    norm_backward(&(norm_bwd_job_t){dinp, dw, db, dout, inp, w, mean, rstd, N, C});
+}
+
+void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C)
+{
+    norm_backward(&(norm_bwd_job_t){dinp, dw, NULL, dout, inp, w, NULL, rstd, N, C});
 }
 
 void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -177,14 +219,28 @@ void st_matmul_backward_input(float *dinp, const float *dout, const float *w, in
     st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, 0.f, dinp, C);
 }
 
+/* By column stripes, each bias gradient summed in row order, as the norms' above. */
+typedef struct bias_bwd_job {
+    float *dbias;
+    const float *dout;
+    int N, OC;
+} bias_bwd_job_t;
+
 ST_VEC_CLONES
+static void bias_backward_cols(void *ctx, size_t o0, size_t o1)
+{
+    const bias_bwd_job_t *j = ctx;
+    for (int n = 0; n < j->N; n++) {
+        const float *d = j->dout + (size_t)n * j->OC;
+        for (size_t o = o0; o < o1; o++)
+            j->dbias[o] += d[o];
+    }
+}
+
 void st_bias_backward(float *dbias, const float *dout, int N, int OC)
 {
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * OC;
-        for (int o = 0; o < OC; o++)
-            dbias[o] += d[o];
-    }
+    st_parallel_range((size_t)OC, 64, bias_backward_cols,
+                      &(bias_bwd_job_t){dbias, dout, N, OC});
 }
 
 void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
@@ -299,32 +355,6 @@ void st_add_inplace(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] += inp[i];
-}
-
-ST_VEC_CLONES
-void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                         const float *w, const float *rstd, int N, int C)
-{
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * C;
-        const float *x = inp + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float s = rstd[n];
-        // dx = s (w d - xhat mean(w d xhat)), xhat = x s: one reduction, in lanes (vecmath.h).
-        float acc[ST_LANES] = {0};
-        int i = 0;
-        for (; i + ST_LANES <= C; i += ST_LANES)
-            for (int k = 0; k < ST_LANES; k++)
-                acc[k] += w[i + k] * d[i + k] * x[i + k];
-        for (int k = 0; i < C; i++, k++)
-            acc[k] += w[i] * d[i] * x[i];
-        float dn_norm_mean = st_lanes_sum(acc) * s / (float)C;
-        for (i = 0; i < C; i++) {
-            float norm = x[i] * s;
-            dw[i] += norm * d[i];
-            dx[i] += (w[i] * d[i] - norm * dn_norm_mean) * s;
-        }
-    }
 }
 
 ST_VEC_CLONES

@@ -3,6 +3,7 @@
  * clipping factor and the learning-rate schedule. Every update is elementwise within a tensor, so
  * updating a range at once or in pieces gives bit-identical parameters. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "base/adamw.h"
 #include "base/base.h"
@@ -126,10 +127,36 @@ strata_status_t strata_lamb_apply(const strata_gpt_t *m, const strata_optim_conf
     return STRATA_OK;
 }
 
+typedef struct sumsq_job {
+    const float *x;
+    size_t n;
+    double *part;
+} sumsq_job_t;
+
 ST_VEC_CLONES
+static void sumsq_blocks(void *ctx, size_t b0, size_t b1)
+{
+    const sumsq_job_t *j = ctx;
+    for (size_t b = b0; b < b1; b++) {
+        size_t at = b * ST_SUMSQ_BLOCK, len = j->n - at;
+        j->part[b] = st_sumsq_f32_block(j->x + at, len < ST_SUMSQ_BLOCK ? len : ST_SUMSQ_BLOCK);
+    }
+}
+
+/* st_sumsq_f32's blocks on the threads, added in its order: the same total (a pool node's SUMSQ
+ * runs it serially). */
 double strata_sumsq(const float *x, size_t n)
 {
-    return st_sumsq_f32(x, n);
+    size_t nb = (n + ST_SUMSQ_BLOCK - 1) / ST_SUMSQ_BLOCK;
+    double *part = nb > 1 && st_parallel_threads() > 1 ? malloc(nb * sizeof *part) : NULL;
+    if (!part)
+        return st_sumsq_f32(x, n);
+    st_parallel_range(nb, 1, sumsq_blocks, &(sumsq_job_t){x, n, part});
+    double total = 0;
+    for (size_t b = 0; b < nb; b++)
+        total += part[b];
+    free(part);
+    return total;
 }
 
 float strata_clip_scale(double global_sumsq, float max_norm)

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "model/parallel_range.h"
 
@@ -72,4 +73,14 @@ void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begi
     }
 #endif
     fn(ctx, 0, n);
+}
+
+static void zero_piece(void *ctx, size_t b, size_t e)
+{
+    memset((float *)ctx + b, 0, (e - b) * sizeof(float));
+}
+
+void st_parallel_zero(float *x, size_t n)
+{
+    st_parallel_range(n, (size_t)1 << 18, zero_piece, x);
 }

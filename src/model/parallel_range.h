@@ -13,6 +13,10 @@
 void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begin, size_t end),
                        void *ctx);
 
+/* x[0, n) = 0 in pieces over the threads (a large arena's clearing is a pass over memory that one
+ * core cannot saturate). */
+void st_parallel_zero(float *x, size_t n);
+
 /* The threads st_parallel_range may use (1 in a forked child and under ThreadSanitizer), and,
  * inside a piece's fn, the index of the thread running it: below the number of pieces, so a
  * piece may use per-thread scratch. */

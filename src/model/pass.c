@@ -7,6 +7,7 @@
 #include "base/base.h"
 #include "model/gpt_internal.h"
 #include "model/layers.h"
+#include "model/parallel_range.h"
 #include "strata/trace.h"
 
 void st_model_progress(strata_gpt_t *m)
@@ -466,7 +467,7 @@ strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
 
 void strata_model_zero_grads(strata_gpt_t *m)
 {
-    memset(m->grads, 0, m->P * sizeof(float));
+    st_parallel_zero(m->grads, m->P);
 }
 
 strata_status_t strata_model_grads_done(strata_gpt_t *m)

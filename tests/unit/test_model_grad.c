@@ -5,6 +5,7 @@
  * equals the range updated at once, bit for bit (AdamW and LAMB); the LR schedule's shape; the
  * clipping factor. */
 #include "harness/st_test.h"
+#include "base/sumsq.h"
 #include "model/layers.h"
 #include "strata/model.h"
 
@@ -551,6 +552,42 @@ static void test_optim_pieces(void **state)
     strata_model_destroy(m);
 }
 
+/* The kernels that sum over rows (norm and bias gradients) and the gradient norm give the same
+ * bits on one thread and on three: the threads split rows or columns, never a sum's order. The
+ * norm also equals st_sumsq_f32, the order a pool node's SUMSQ runs. */
+static void test_threads_bitwise(void **state)
+{
+    (void)state;
+    int N = 600, C = 192;
+    size_t n = (size_t)N * C;
+    float *x = rnd(n, 2), *d = rnd(n, 1), *w = rnd(C, 1), *b = rnd(C, 1);
+    float *mean = zeros(N), *rstd = zeros(N), *out = zeros(n);
+    st_layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
+    float *got[2][5];
+    double ss[2];
+    size_t big = ((size_t)7 << 16) / 2 + 3; // 3.5 of st_sumsq_f32's blocks and a tail
+    float *g = rnd(big, 1);
+    for (int k = 0; k < 2; k++) {
+        strata_blas_set_threads(k ? 3 : 1);
+        for (int t = 0; t < 5; t++)
+            got[k][t] = zeros(t < 2 ? n : (size_t)C);
+        st_layernorm_backward(got[k][0], got[k][2], got[k][3], d, x, w, mean, rstd, N, C);
+        st_rmsnorm_backward(got[k][1], got[k][4], d, x, w, rstd, N, C);
+        st_bias_backward(got[k][3], d, N, C);
+        ss[k] = strata_sumsq(g, big);
+    }
+    strata_blas_set_threads(1);
+    for (int t = 0; t < 5; t++)
+        assert_memory_equal(got[0][t], got[1][t], (t < 2 ? n : (size_t)C) * sizeof(float));
+    assert_memory_equal(&ss[0], &ss[1], sizeof(double));
+    double ref = st_sumsq_f32(g, big);
+    assert_memory_equal(&ss[1], &ref, sizeof(double));
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 5; t++)
+            free(got[k][t]);
+    free(x), free(d), free(w), free(b), free(mean), free(rstd), free(out), free(g);
+}
+
 static void test_schedule_clip(void **state)
 {
     (void)state;
@@ -581,7 +618,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_optim_pieces),
-        cmocka_unit_test(test_schedule_clip),
+        cmocka_unit_test(test_schedule_clip), cmocka_unit_test(test_threads_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
