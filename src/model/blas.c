@@ -33,6 +33,18 @@ void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+uint16_t *st_operand_hold(const float *x, int rows, int cols, int ld, bool round)
+{
+    if (atomic_load_explicit(&precision, memory_order_relaxed) != STRATA_PREC_BF16)
+        return NULL;
+    return st_gemm_bf16_hold(x, rows, cols, ld, round);
+}
+
+void st_operand_release(const float *x)
+{
+    st_gemm_bf16_release(x);
+}
+
 const char *strata_blas_bf16_units(void)
 {
     return st_gemm_bf16_units();

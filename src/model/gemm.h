@@ -3,6 +3,7 @@
 #ifndef ST_MODEL_GEMM_H
 #define ST_MODEL_GEMM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* "amx", "avx512_bf16" or NULL: the CPU's bf16 units as oneDNN finds them (strata_blas_bf16_units). */
@@ -18,5 +19,18 @@ int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *
  * padding, likewise B's K x N (N x K when tb). For the peak measurement. */
 int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
                         const uint16_t *B, float beta, float *C, int ldc);
+
+/* Holding a matrix several products read: its rows x cols (leading dimension ld) rounded once into
+ * a copy of this thread's, which every st_gemm_bf16 on this thread whose operand lies inside the
+ * matrix reads instead of rounding it again, until st_gemm_bf16_release(x). x must not change
+ * meanwhile. round false leaves the copy (rows x cols, packed) for the caller to fill before the
+ * next product, as it writes x (st_gemm_bf16_round). Holding a matrix already held counts once
+ * more. Returns the copy, or NULL (no bf16 units, out of memory, every slot taken: products then
+ * round x themselves; with round false the caller fills nothing). */
+uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round);
+void st_gemm_bf16_release(const float *x);
+
+/* dst (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16. */
+void st_gemm_bf16_round(uint16_t *dst, const float *x, int rows, int cols, int ld);
 
 #endif

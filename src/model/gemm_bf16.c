@@ -8,7 +8,12 @@
  * small cache of them keyed by the call's shape (the model's shapes repeat every step: a few per
  * layer kind plus attention's key blocks), with the memory objects whose data handles are swapped
  * per call. The cache, its stream and the scratch are per thread (a pthread key frees them when
- * the thread ends): primitives execute concurrently, but a memory object is not shared. */
+ * the thread ends): primitives execute concurrently, but a memory object is not shared.
+ *
+ * A float32 matrix several products read (a layer's output gradient: its input gradient's and its
+ * weight gradient's product; the logits' gradient, written in bf16 by the cross-entropy's own
+ * pass) can be held: rounded once into a per-thread copy that every product whose operand lies
+ * inside it reads instead of rounding again, until it is released. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,7 +28,7 @@
 #define CACHE_SLOTS 256
 
 typedef struct prim_key {
-    int ta, tb, M, N, K, ldc;
+    int ta, tb, M, N, K, lda, ldb, ldc;
     float alpha, beta;
 } prim_key_t;
 
@@ -35,12 +40,23 @@ typedef struct prim {
     dnnl_memory_t a, b, c;
 } prim_t;
 
+#define HELD_SLOTS 4
+
+/* A held matrix: x's rows x cols (leading dimension ld) rounded into h (rows x cols, packed). */
+typedef struct held {
+    const float *x;
+    int rows, cols, ld, refs;
+    uint16_t *h;
+    size_t cap;
+} held_t;
+
 typedef struct gemm_cache {
     dnnl_stream_t stream;
     uint64_t tick;
     prim_t slot[CACHE_SLOTS];
     uint16_t *a16, *b16; /* conversion scratch */
     size_t a_cap, b_cap;
+    held_t held[HELD_SLOTS];
 } gemm_cache_t;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -68,6 +84,8 @@ static void cache_free(void *arg)
         dnnl_stream_destroy(g->stream);
     free(g->a16);
     free(g->b16);
+    for (int i = 0; i < HELD_SLOTS; i++)
+        free(g->held[i].h);
     free(g);
 }
 
@@ -122,9 +140,8 @@ static dnnl_status_t build(prim_t *s, const prim_key_t *k)
 {
     dnnl_memory_desc_t a, b, c;
     dnnl_status_t e;
-    // The operands are converted into packed storage: op(A) is M x K with K (or M) as ld.
-    if ((e = desc(&a, k->M, k->K, k->ta, k->ta ? k->M : k->K, dnnl_bf16)) ||
-        (e = desc(&b, k->K, k->N, k->tb, k->tb ? k->K : k->N, dnnl_bf16)) ||
+    if ((e = desc(&a, k->M, k->K, k->ta, k->lda, dnnl_bf16)) ||
+        (e = desc(&b, k->K, k->N, k->tb, k->ldb, dnnl_bf16)) ||
         (e = desc(&c, k->M, k->N, false, k->ldc, dnnl_f32)))
         return e;
     dnnl_matmul_desc_t md;
@@ -247,13 +264,12 @@ static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld)
     st_parallel_range((size_t)rows, (size_t)(16384 / cols + 1), pack_piece, &j);
 }
 
-int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
-                        const uint16_t *B, float beta, float *C, int ldc)
+/* The product on bf16 storage with leading dimensions lda, ldb (of A's and B's storage). */
+static int gemm_bf16_ld(gemm_cache_t *g, int ta, int tb, int M, int N, int K, float alpha,
+                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                        int ldc)
 {
-    gemm_cache_t *g = cache();
-    if (!g)
-        return -1;
-    prim_key_t k = {ta, tb, M, N, K, ldc, alpha, beta};
+    prim_key_t k = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
     prim_t *s = lookup(g, &k);
     if (!s || dnnl_memory_set_data_handle(s->a, (void *)A) ||
         dnnl_memory_set_data_handle(s->b, (void *)B) || dnnl_memory_set_data_handle(s->c, C))
@@ -265,17 +281,112 @@ int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const 
     return 0;
 }
 
+int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                        const uint16_t *B, float beta, float *C, int ldc)
+{
+    gemm_cache_t *g = cache();
+    if (!g)
+        return -1;
+    return gemm_bf16_ld(g, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+}
+
+/* ---- held operands ---------------------------------------------------------------------------- */
+
+static held_t *held_find(gemm_cache_t *g, const float *x, int rows, int cols, int ld)
+{
+    for (int i = 0; i < HELD_SLOTS; i++) {
+        held_t *h = &g->held[i];
+        if (h->refs && h->x == x && h->rows == rows && h->cols == cols && h->ld == ld)
+            return h;
+    }
+    return NULL;
+}
+
+uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round)
+{
+    gemm_cache_t *g = cache();
+    if (!g || rows < 1 || cols < 1)
+        return NULL;
+    held_t *h = held_find(g, x, rows, cols, ld);
+    if (h) {
+        h->refs++;
+        return h->h;
+    }
+    for (int i = 0; i < HELD_SLOTS && !h; i++)
+        if (!g->held[i].refs)
+            h = &g->held[i];
+    if (!h || !reserve(&h->h, &h->cap, (size_t)rows * cols))
+        return NULL;
+    if (round)
+        pack_bf16(h->h, x, rows, cols, ld);
+    h->x = x;
+    h->rows = rows;
+    h->cols = cols;
+    h->ld = ld;
+    h->refs = 1;
+    return h->h;
+}
+
+void st_gemm_bf16_release(const float *x)
+{
+    gemm_cache_t *g = st_gemm_bf16_units() ? pthread_getspecific(cache_key) : NULL;
+    for (int i = 0; g && i < HELD_SLOTS; i++)
+        if (g->held[i].refs && g->held[i].x == x) {
+            g->held[i].refs--;
+            return;
+        }
+}
+
+/* The held copy of the storage rows x cols at p (leading dimension ld), when p lies inside a held
+ * matrix of that leading dimension; *hld its leading dimension there. */
+static const uint16_t *held_view(gemm_cache_t *g, const float *p, int rows, int cols, int ld,
+                                 int *hld)
+{
+    for (int i = 0; i < HELD_SLOTS; i++) {
+        const held_t *h = &g->held[i];
+        uintptr_t at = (uintptr_t)p, base = (uintptr_t)h->x;
+        if (!h->refs || h->ld != ld || at < base || (at - base) % sizeof(float))
+            continue;
+        size_t off = (at - base) / sizeof(float), r0 = off / (size_t)ld, c0 = off % (size_t)ld;
+        if (r0 + (size_t)rows <= (size_t)h->rows && c0 + (size_t)cols <= (size_t)h->cols) {
+            *hld = h->cols;
+            return h->h + r0 * (size_t)h->cols + c0;
+        }
+    }
+    return NULL;
+}
+
+void st_gemm_bf16_round(uint16_t *dst, const float *x, int rows, int cols, int ld)
+{
+    pack_rows(dst, x, 0, (size_t)rows, cols, ld);
+}
+
+/* One operand's bf16 storage (rows x cols of x, ld): its held copy, or x rounded into *buf. */
+static const uint16_t *operand(gemm_cache_t *g, const float *x, int rows, int cols, int ld,
+                               uint16_t **buf, size_t *cap, int *hld)
+{
+    const uint16_t *h = held_view(g, x, rows, cols, ld, hld);
+    if (h)
+        return h;
+    if (!reserve(buf, cap, (size_t)rows * cols))
+        return NULL;
+    pack_bf16(*buf, x, rows, cols, ld);
+    *hld = cols;
+    return *buf;
+}
+
 int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
     gemm_cache_t *g = cache();
     if (!g)
         return -1;
-    size_t na = (size_t)M * K, nb = (size_t)K * N;
-    if (!reserve(&g->a16, &g->a_cap, na) || !reserve(&g->b16, &g->b_cap, nb))
-        return -1;
     // Stored as is: A is M x K, or K x M when transposed (likewise B).
-    pack_bf16(g->a16, A, ta ? K : M, ta ? M : K, lda);
-    pack_bf16(g->b16, B, tb ? N : K, tb ? K : N, ldb);
-    return st_gemm_bf16_packed(ta, tb, M, N, K, alpha, g->a16, g->b16, beta, C, ldc);
+    int ha, hb;
+    const uint16_t *a = operand(g, A, ta ? K : M, ta ? M : K, lda, &g->a16, &g->a_cap, &ha);
+    const uint16_t *b = a ? operand(g, B, tb ? N : K, tb ? K : N, ldb, &g->b16, &g->b_cap, &hb)
+                          : NULL;
+    if (!b)
+        return -1;
+    return gemm_bf16_ld(g, ta, tb, M, N, K, alpha, a, ha, b, hb, beta, C, ldc);
 }

@@ -7,12 +7,20 @@
 #ifndef ST_MODEL_LAYERS_H
 #define ST_MODEL_LAYERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, with leading dimensions (a thin cblas call). */
 void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
+
+/* A matrix several products read at bf16 precision, rounded once for all of them (gemm.h's
+ * st_gemm_bf16_hold, on this thread) until st_operand_release(x); x must not change meanwhile.
+ * round false: the caller fills the returned copy (rows x cols, packed) as it writes x. NULL at
+ * fp32 (nothing to do) or when nothing could be held. */
+uint16_t *st_operand_hold(const float *x, int rows, int cols, int ld, bool round);
+void st_operand_release(const float *x);
 
 /* st_parallel_range (parallel_range.h) for pieces that call st_sgemm: the pieces' products each
  * run on their piece's thread instead of asking the BLAS for every thread at once. */
@@ -112,8 +120,9 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
 float st_xent_forward(float *lse, const float *logits, const int32_t *targets, int N, int V);
 /* dlogits[N,V] = (softmax(logits) - onehot(target - v0)) * scale, for the vocabulary slice
  * [v0, v0 + V) of the logits (v0 0: all of it; a target outside the slice has no one-hot here);
- * may alias logits. lse is the log-sum-exp over the whole vocabulary. */
-void st_xent_backward(float *dlogits, const float *logits, const float *lse,
+ * may alias logits. lse is the log-sum-exp over the whole vocabulary. dlogits_h not NULL: also
+ * dlogits rounded to bf16 there (N x V), in the same pass (st_operand_hold's copy, round false). */
+void st_xent_backward(float *dlogits, uint16_t *dlogits_h, const float *logits, const float *lse,
                       const int32_t *targets, int v0, int N, int V, float scale);
 
 /* The pieces of a cross-entropy whose vocabulary is cut in slices (tensor parallelism), for the

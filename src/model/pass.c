@@ -367,6 +367,14 @@ static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p
                                  sl->logits, sl->lnf, p + m->wte, N, m->cfg.d_model, m->Vl);
 }
 
+/* head_backward between its segment's acquire and release. */
+static strata_status_t head_backward_seg(strata_gpt_t *m, slot_t *sl, int N)
+{
+    const float *p = NULL;
+    WITH_SEG(m, head_seg(m), true, p, head_backward(m, sl, p, N));
+    return STRATA_OK;
+}
+
 static strata_status_t final_norm_backward(strata_gpt_t *m, slot_t *sl, const float *p,
                                            const float *x, int R)
 {
@@ -393,9 +401,14 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         sl->have_targets = false; // the logits buffer becomes dlogits
         sl->logits_valid = false;
         strata_trace_begin("compute", "head.bwd");
-        st_xent_backward(sl->logits, sl->logits, sl->lse, sl->targets, m->shard.tp_rank * m->Vl, N,
-                         m->Vl, loss_scale / (float)N);
-        WITH_SEG(m, head_seg(m), true, p, head_backward(m, sl, p, N));
+        // The head's two products read dlogits at bf16 from the copy the cross-entropy's pass
+        // rounds (NULL in fp32).
+        uint16_t *dh = st_operand_hold(sl->logits, N, m->Vl, m->Vl, false);
+        st_xent_backward(sl->logits, dh, sl->logits, sl->lse, sl->targets,
+                         m->shard.tp_rank * m->Vl, N, m->Vl, loss_scale / (float)N);
+        strata_status_t head_rc = head_backward_seg(m, sl, N);
+        st_operand_release(sl->logits); // whatever the outcome: a stale copy must not stay held
+        ST_TRY(head_rc);
         st_model_progress(m);
         const float *xl = sl->ba[m->blk[l1 - 1]].res2;
         WITH_SEG(m, m->seg_final, true, p, final_norm_backward(m, sl, p, xl, R));

@@ -93,9 +93,10 @@ strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, 
     return rc < 0 ? rc : rc2;
 }
 
-strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
-                                      const float *dy, const float *x, const float *w, int N,
-                                      int C, int OC)
+/* st_tp_column_backward's products and collectives (dy held by it at bf16). */
+static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
+                                       const float *dy, const float *x, const float *w, int N,
+                                       int C, int OC)
 {
     if (m->shard.tp <= 1) {
         st_matmul_backward_input(dx, dy, w, N, C, OC);
@@ -128,6 +129,19 @@ strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, flo
         st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
     strata_status_t r1 = wait_all(m, gh, K), r2 = wait_all(m, rh, K);
     return rc < 0 ? rc : r1 < 0 ? r1 : r2;
+}
+
+strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
+                                      const float *dy, const float *x, const float *w, int N,
+                                      int C, int OC)
+{
+    // dy feeds both products: rounded once at bf16 (a no-op in fp32).
+    if (dw)
+        st_operand_hold(dy, N, OC, OC, true);
+    strata_status_t rc = column_backward(m, dx, dw, dbias, dy, x, w, N, C, OC);
+    if (dw)
+        st_operand_release(dy);
+    return rc;
 }
 
 strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, const float *dy,
@@ -194,11 +208,15 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
         ST_TRY(gather_rows(m, dy, m->dfull, N, OC));
         dyf = m->dfull;
     }
-    // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T.
-    st_matmul_backward_input(da, dyf, w, N, K, OC);
+    // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T. With dw, dy feeds both
+    // products: rounded once at bf16.
     if (dw)
+        st_operand_hold(dyf, N, OC, OC, true);
+    st_matmul_backward_input(da, dyf, w, N, K, OC);
+    if (dw) {
         st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC);
-    else
+        st_operand_release(dyf);
+    } else
         memcpy(keep, dyf, (size_t)N * OC * sizeof(float));
     if (dbias) // the bias was added on this rank's rows only
         st_bias_backward(dbias, dy, st_model_rows(m, N), OC);

@@ -5,6 +5,7 @@
  * switch's contract. */
 #include "harness/st_test.h"
 #include "base/bf16.h"
+#include "model/gemm.h"
 #include "model/layers.h"
 #include "strata/model.h"
 
@@ -147,6 +148,70 @@ static void test_peak(void **state)
                   strata_precision_name(in_effect), bf16);
 }
 
+/* Held operands (st_operand_hold): products reading a held matrix, whole, as a block of its rows,
+ * or transposed, give the bits they give without the hold; a copy the caller fills as it writes
+ * does too; nested holds count; after the release a changed matrix is read anew, never the stale
+ * copy. In fp32 nothing is held. */
+static void test_held_operands(void **state)
+{
+    (void)state;
+    int N = 48, OC = 40, C = 24;
+    float *dy = malloc(sizeof(float) * N * OC), *w = malloc(sizeof(float) * OC * C);
+    float *x = malloc(sizeof(float) * N * C);
+    float *ref[3], *got[3];
+    for (int i = 0; i < N * OC; i++)
+        dy[i] = frand();
+    for (int i = 0; i < OC * C; i++)
+        w[i] = frand();
+    for (int i = 0; i < N * C; i++)
+        x[i] = frand();
+    for (int k = 0; k < 3; k++) {
+        ref[k] = calloc((size_t)N * C + OC * C, sizeof(float));
+        got[k] = calloc((size_t)N * C + OC * C, sizeof(float));
+    }
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    assert_null(st_operand_hold(dy, N, OC, OC, true));
+    strata_precision_t in_effect;
+    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
+    // The products: dx = dy w, rows 16..39 of dy times w, dw = dy^T x.
+    for (int pass = 0; pass < 4; pass++) {
+        float **out = pass ? got : ref;
+        uint16_t *h = NULL;
+        if (pass == 1)
+            h = st_operand_hold(dy, N, OC, OC, true);
+        if (pass == 2) { // filled by the caller, a row at a time, as the cross-entropy does
+            h = st_operand_hold(dy, N, OC, OC, false);
+            for (int r = 0; h && r < N; r++)
+                st_gemm_bf16_round(h + (size_t)r * OC, dy + (size_t)r * OC, 1, OC, OC);
+        }
+        if (pass == 3) { // nested: the inner release leaves the copy held
+            h = st_operand_hold(dy, N, OC, OC, true);
+            assert_ptr_equal(st_operand_hold(dy, N, OC, OC, true), h);
+            st_operand_release(dy);
+        }
+        if (pass)
+            assert_true(!h == (in_effect != STRATA_PREC_BF16));
+        st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w, C, 0.f, out[0], C);
+        st_sgemm(0, 0, 24, C, OC, 1.f, dy + 16 * OC, OC, w, C, 0.f, out[1], C);
+        st_sgemm(1, 0, OC, C, N, 1.f, dy, OC, x, C, 0.f, out[2], C);
+        if (pass)
+            for (int k = 0; k < 3; k++)
+                assert_memory_equal(ref[k], got[k], (size_t)N * C * sizeof(float));
+        if (h)
+            st_operand_release(dy);
+    }
+    // Released: a changed dy is rounded anew.
+    for (int i = 0; i < N * OC; i++)
+        dy[i] = 2.f * dy[i];
+    st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w, C, 0.f, got[0], C);
+    for (int i = 0; i < N * C; i++)
+        assert_float_equal(got[0][i], 2.f * ref[0][i], 0.f);
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    for (int k = 0; k < 3; k++)
+        free(ref[k]), free(got[k]);
+    free(dy), free(w), free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_rounding_visible),
         cmocka_unit_test(test_precision_names),
         cmocka_unit_test(test_peak),
+        cmocka_unit_test(test_held_operands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

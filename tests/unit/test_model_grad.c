@@ -417,7 +417,7 @@ static void test_xent(void **state)
     xe_t x = {rnd(4 * 11, 2), zeros(4), {3, 0, 10, 5}, 4, 11};
     float out[1], R[1] = {1.f}, *d = zeros(44);
     xe_fwd(&x, out);
-    st_xent_backward(d, x.logits, x.lse, x.tgt, 0, 4, 11, 1.f / 4);
+    st_xent_backward(d, NULL, x.logits, x.lse, x.tgt, 0, 4, 11, 1.f / 4);
     fd_check("xent", xe_fwd, &x, x.logits, 44, d, out, R, 1);
     free(x.logits), free(x.lse), free(d);
 }
