@@ -379,6 +379,10 @@ STRATA_API void strata_blas_set_threads(int n);
  * slower than float32, so BF16 is not used there). */
 STRATA_API const char *strata_blas_bf16_units(void);
 
+/* The library the float32 products run on: "oneDNN" (its kernels for this CPU, on the model's
+ * OpenMP threads) where oneDNN runs, else "OpenBLAS"; STRATA_GEMM=openblas or onednn forces it. */
+STRATA_API const char *strata_blas_f32_library(void);
+
 /* Sets the precision of every matrix product this process runs from now on (process-wide, like
  * the thread count). STRATA_PREC_FP32: float32 throughout (OpenBLAS's sgemm). STRATA_PREC_BF16:
  * both operands rounded to bfloat16 (nearest even), the products accumulated and returned in

@@ -1,17 +1,20 @@
 /* The one place strata's model multiplies matrices: the row-major st_sgemm, its precision and
  * thread count, and the measured GEMM peak. Every matrix product of the model (linear layers, the
  * tied head, attention's q k^T and att v per head) comes through st_sgemm, so swapping the BLAS,
- * the precision or counting FLOPs touches only this file. FP32 runs OpenBLAS's sgemm; BF16 runs
- * gemm_bf16.c, and any call it cannot run (out of memory) is computed in float32 instead. Pieces
- * of work that multiply matrices side by side go through st_parallel_products, which keeps the
- * BLAS's own threads out of their way. */
+ * the precision or counting FLOPs touches only this file. Products run on oneDNN (gemm_onednn.c):
+ * float32 on its kernels for this CPU, BF16 rounded to bf16 on its bf16 units; OpenBLAS's sgemm
+ * computes what oneDNN cannot run (no engine, out of memory) and everything under
+ * STRATA_GEMM=openblas. Pieces of work that multiply matrices side by side go through
+ * st_parallel_products, which keeps OpenBLAS's own threads out of their way. */
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 #include "base/bf16.h"
@@ -22,13 +25,57 @@
 
 static _Atomic int precision = STRATA_PREC_FP32;
 
+static pthread_once_t gemm_once = PTHREAD_ONCE_INIT;
+static bool f32_onednn; /* float32 products on oneDNN (choose_gemm) */
+
+/* Whether OpenBLAS runs narrower kernels than the CPU has: AVX2 ones (Haswell, Zen) on an AVX-512
+ * CPU that its build does not know (0.3.21 on AMD's Zen 4: half the CPU's float32 speed, where
+ * oneDNN's kernels reach it). */
+static bool openblas_below_cpu(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!__builtin_cpu_supports("avx512f"))
+        return false;
+    const char *core = openblas_get_corename();
+    static const char *const wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; core && i < sizeof wide / sizeof wide[0]; i++)
+        if (!strcasecmp(core, wide[i]))
+            return false;
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* STRATA_GEMM: auto takes oneDNN for float32 where OpenBLAS runs below the CPU, else OpenBLAS
+ * (which a user's OPENBLAS_CORETYPE can also lift). */
+static void choose_gemm(void)
+{
+    const char *v = st_knob_str("STRATA_GEMM");
+    bool forced = v && !strcmp(v, "onednn"), openblas = v && !strcmp(v, "openblas");
+    if (v && strcmp(v, "auto") && !forced && !openblas)
+        ST_LOG_WARN(ST_SUB_TRAIN, "STRATA_GEMM=%s: expected auto, onednn or openblas; using auto", v);
+    f32_onednn = !openblas && (forced || openblas_below_cpu()) && st_gemm_onednn_ready();
+}
+
+const char *strata_blas_f32_library(void)
+{
+    pthread_once(&gemm_once, choose_gemm);
+    return f32_onednn ? "oneDNN" : "OpenBLAS";
+}
+
 void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc)
 {
-    if (atomic_load_explicit(&precision, memory_order_relaxed) == STRATA_PREC_BF16 &&
-        M > 0 && N > 0 && K > 0 &&
-        st_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
-        return;
+    pthread_once(&gemm_once, choose_gemm);
+    if (M > 0 && N > 0 && K > 0) {
+        bool bf16 = atomic_load_explicit(&precision, memory_order_relaxed) == STRATA_PREC_BF16;
+        if (bf16 && st_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+            return;
+        if (f32_onednn &&
+            st_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+            return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

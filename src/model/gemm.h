@@ -1,17 +1,25 @@
-/* The bfloat16 matrix products behind st_sgemm at STRATA_PREC_BF16 (gemm_bf16.c, oneDNN).
- * Internal to the model part. */
+/* The model's matrix products on oneDNN (gemm_onednn.c): float32, and bfloat16 at STRATA_PREC_BF16,
+ * behind st_sgemm. Internal to the model part. */
 #ifndef ST_MODEL_GEMM_H
 #define ST_MODEL_GEMM_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Whether oneDNN runs here (its CPU engine could be made). */
+bool st_gemm_onednn_ready(void);
+
 /* "amx", "avx512_bf16" or NULL: the CPU's bf16 units as oneDNN finds them (strata_blas_bf16_units). */
 const char *st_gemm_bf16_units(void);
 
-/* st_sgemm's contract (row-major C = alpha op(A) op(B) + beta C) with A and B rounded to bf16 and
- * the products accumulated in float32. 0 on success; -1 when it cannot run (no bf16 units, out of
- * memory, a oneDNN error), C then untouched: the caller computes it in float32 instead. M, N, K > 0. */
+/* st_sgemm's contract (row-major C = alpha op(A) op(B) + beta C) in float32 on oneDNN's kernels for
+ * this CPU. 0 on success; -1 when it cannot run (no oneDNN engine, out of memory, a oneDNN error),
+ * C then untouched: the caller computes it with OpenBLAS instead. M, N, K > 0. */
+int st_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The same with A and B rounded to bf16 and the products accumulated in float32; -1 also without
+ * bf16 units (the caller computes in float32 instead). */
 int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
 

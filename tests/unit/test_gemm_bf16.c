@@ -1,7 +1,8 @@
-/* The model's matrix products at STRATA_PREC_BF16 against a double-precision reference on the
- * bf16-rounded operands, for every transpose, alpha and beta, strided operands and output, and the
- * odd shapes attention's blocks produce; the run-time choice of units (forced down with oneDNN's
- * ONEDNN_MAX_CPU_ISA by a second ctest entry, see test_gemm_bf16.cmake); and the precision
+/* The model's matrix products against a double-precision reference: at STRATA_PREC_BF16 on the
+ * bf16-rounded operands, and in float32 on the library this run's STRATA_GEMM picks (oneDNN or
+ * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, strided operands
+ * and output, and the odd shapes attention's blocks produce; the run-time choice of units (forced
+ * down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands; and the precision
  * switch's contract. */
 #include "harness/st_test.h"
 #include "base/bf16.h"
@@ -76,6 +77,18 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, 
     free(B);
     free(C);
     free(C0);
+}
+
+/* The library STRATA_GEMM asks for is the one the float32 products run on. */
+static void test_f32_library(void **state)
+{
+    (void)state;
+    const char *want = getenv("STRATA_GEMM"), *lib = strata_blas_f32_library();
+    print_message("float32 products on %s\n", lib);
+    if (want && !strcmp(want, "openblas"))
+        assert_string_equal(lib, "OpenBLAS");
+    if (want && !strcmp(want, "onednn"))
+        assert_string_equal(lib, "oneDNN");
 }
 
 static void test_products(void **state)
@@ -215,6 +228,7 @@ static void test_held_operands(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_library),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_rounding_visible),
         cmocka_unit_test(test_precision_names),

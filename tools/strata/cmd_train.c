@@ -499,7 +499,10 @@ int cmd_train(int argc, char **argv)
         if (strata_blas_precision() == STRATA_PREC_BF16)
             fprintf(stderr, " (%s)", strata_blas_bf16_units());
         else if (cfg.precision == STRATA_PREC_BF16)
-            fprintf(stderr, " (bf16 asked for: this CPU has no bf16 units)");
+            fprintf(stderr, " (bf16 asked for: this CPU has no bf16 units; %s)",
+                    strata_blas_f32_library());
+        else
+            fprintf(stderr, " (%s)", strata_blas_f32_library());
         if (comm)
             fprintf(stderr, ", %d ranks%s%.0d%s%s%.0d%s%s, ZeRO-%d%s%s%s%s%s%s%s",
                     strata_comm_size(comm), cfg.tp > 1 ? ", TP=" : "", cfg.tp > 1 ? cfg.tp : 0,

@@ -1,17 +1,19 @@
-/* The model's bfloat16 matrix products (STRATA_PREC_BF16): both operands are rounded to bf16
- * into per-thread scratch, then oneDNN's matmul multiplies them on the CPU's AMX or AVX512-BF16
- * units with float32 accumulation and writes float32, with alpha as the output scale and beta as a
- * sum post-op, so the contract is sgemm's. Why oneDNN: Debian's OpenBLAS declares cblas_sbgemm but
- * is built without it, and oneDNN picks its kernel for the CPU it runs on (AMX tiles here).
+/* The model's matrix products on oneDNN's matmul (gemm.h): in float32, on the operands as they are,
+ * and at STRATA_PREC_BF16, with both operands rounded to bf16 into per-thread scratch and
+ * multiplied on the CPU's AMX or AVX512-BF16 units with float32 accumulation. alpha is the output
+ * scale and beta a sum post-op, so the contract is sgemm's. Why oneDNN: its kernels are built for
+ * the CPU it runs on (Debian's OpenBLAS 0.3.21 runs Haswell's AVX2 kernels on some AVX-512 CPUs, at
+ * half oneDNN's fp32 speed there, and is built without cblas_sbgemm), and its threads are OpenMP's,
+ * the model's own, where OpenBLAS keeps a second pool that competes for the cores.
  *
  * A oneDNN primitive is built for one shape, at tens of microseconds, so each thread keeps a
- * small cache of them keyed by the call's shape (the model's shapes repeat every step: a few per
- * layer kind plus attention's key blocks), with the memory objects whose data handles are swapped
- * per call. The cache, its stream and the scratch are per thread (a pthread key frees them when
- * the thread ends): primitives execute concurrently, but a memory object is not shared.
+ * small cache of them keyed by the call's shape and type (the model's shapes repeat every step: a
+ * few per layer kind plus attention's key blocks), with the memory objects whose data handles are
+ * swapped per call. The cache, its stream and the scratch are per thread (a pthread key frees them
+ * when the thread ends): primitives execute concurrently, but a memory object is not shared.
  *
- * A float32 matrix several products read (a layer's output gradient: its input gradient's and its
- * weight gradient's product; the logits' gradient, written in bf16 by the cross-entropy's own
+ * A float32 matrix several bf16 products read (a layer's output gradient: its input gradient's and
+ * its weight gradient's product; the logits' gradient, written in bf16 by the cross-entropy's own
  * pass) can be held: rounded once into a per-thread copy that every product whose operand lies
  * inside it reads instead of rounding again, until it is released. */
 #include <oneapi/dnnl/dnnl.h>
@@ -28,6 +30,7 @@
 #define CACHE_SLOTS 256
 
 typedef struct prim_key {
+    int bf16; /* the operands' type: bf16 (1) or f32 (0) */
     int ta, tb, M, N, K, lda, ldb, ldc;
     float alpha, beta;
 } prim_key_t;
@@ -91,15 +94,16 @@ static void cache_free(void *arg)
 
 static void init_once(void)
 {
-    if (pthread_key_create(&cache_key, cache_free) != 0)
+    if (pthread_key_create(&cache_key, cache_free) != 0 ||
+        dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
+        engine = NULL;
         return;
+    }
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
         units = "amx";
     else if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
         units = "avx512_bf16";
-    if (units && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
-        units = NULL;
 }
 
 const char *st_gemm_bf16_units(void)
@@ -108,9 +112,15 @@ const char *st_gemm_bf16_units(void)
     return units;
 }
 
+bool st_gemm_onednn_ready(void)
+{
+    pthread_once(&once, init_once);
+    return engine != NULL;
+}
+
 static gemm_cache_t *cache(void)
 {
-    if (!st_gemm_bf16_units())
+    if (!st_gemm_onednn_ready())
         return NULL;
     st_omp_guard(); // oneDNN's threads are OpenMP's
     gemm_cache_t *g = pthread_getspecific(cache_key);
@@ -127,6 +137,12 @@ static gemm_cache_t *cache(void)
     return g;
 }
 
+/* The thread's cache when bf16 products can run here. */
+static gemm_cache_t *bf16_cache(void)
+{
+    return st_gemm_bf16_units() ? cache() : NULL;
+}
+
 /* A matrix of rows x cols with the given element type, row-major, or its transpose's storage. */
 static dnnl_status_t desc(dnnl_memory_desc_t *md, int rows, int cols, bool transposed, int ld,
                           dnnl_data_type_t dt)
@@ -140,8 +156,8 @@ static dnnl_status_t build(prim_t *s, const prim_key_t *k)
 {
     dnnl_memory_desc_t a, b, c;
     dnnl_status_t e;
-    if ((e = desc(&a, k->M, k->K, k->ta, k->lda, dnnl_bf16)) ||
-        (e = desc(&b, k->K, k->N, k->tb, k->ldb, dnnl_bf16)) ||
+    dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32;
+    if ((e = desc(&a, k->M, k->K, k->ta, k->lda, dt)) || (e = desc(&b, k->K, k->N, k->tb, k->ldb, dt)) ||
         (e = desc(&c, k->M, k->N, false, k->ldc, dnnl_f32)))
         return e;
     dnnl_matmul_desc_t md;
@@ -264,12 +280,11 @@ static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld)
     st_parallel_range((size_t)rows, (size_t)(16384 / cols + 1), pack_piece, &j);
 }
 
-/* The product on bf16 storage with leading dimensions lda, ldb (of A's and B's storage). */
-static int gemm_bf16_ld(gemm_cache_t *g, int ta, int tb, int M, int N, int K, float alpha,
-                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
-                        int ldc)
+/* The product on bf16 (or f32) storage with leading dimensions lda, ldb (of A's and B's storage). */
+static int gemm_ld(gemm_cache_t *g, bool bf16, int ta, int tb, int M, int N, int K, float alpha,
+                   const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
 {
-    prim_key_t k = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+    prim_key_t k = {bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
     prim_t *s = lookup(g, &k);
     if (!s || dnnl_memory_set_data_handle(s->a, (void *)A) ||
         dnnl_memory_set_data_handle(s->b, (void *)B) || dnnl_memory_set_data_handle(s->c, C))
@@ -284,10 +299,10 @@ static int gemm_bf16_ld(gemm_cache_t *g, int ta, int tb, int M, int N, int K, fl
 int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
                         const uint16_t *B, float beta, float *C, int ldc)
 {
-    gemm_cache_t *g = cache();
+    gemm_cache_t *g = bf16_cache();
     if (!g)
         return -1;
-    return gemm_bf16_ld(g, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+    return gemm_ld(g, true, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
 }
 
 /* ---- held operands ---------------------------------------------------------------------------- */
@@ -304,7 +319,7 @@ static held_t *held_find(gemm_cache_t *g, const float *x, int rows, int cols, in
 
 uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round)
 {
-    gemm_cache_t *g = cache();
+    gemm_cache_t *g = bf16_cache();
     if (!g || rows < 1 || cols < 1)
         return NULL;
     held_t *h = held_find(g, x, rows, cols, ld);
@@ -375,10 +390,19 @@ static const uint16_t *operand(gemm_cache_t *g, const float *x, int rows, int co
     return *buf;
 }
 
+int st_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_cache_t *g = cache();
+    if (!g)
+        return -1;
+    return gemm_ld(g, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
-    gemm_cache_t *g = cache();
+    gemm_cache_t *g = bf16_cache();
     if (!g)
         return -1;
     // Stored as is: A is M x K, or K x M when transposed (likewise B).
@@ -388,5 +412,5 @@ int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *
                           : NULL;
     if (!b)
         return -1;
-    return gemm_bf16_ld(g, ta, tb, M, N, K, alpha, a, ha, b, hb, beta, C, ldc);
+    return gemm_ld(g, true, ta, tb, M, N, K, alpha, a, ha, b, hb, beta, C, ldc);
 }
