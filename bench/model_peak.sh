@@ -4,33 +4,39 @@
 # at 1 thread and at every core; with each one's MFU against the GEMM peak strata measures for
 # that precision and thread count on this CPU (bench/train_vs_torch.sh does each line).
 # Targets (issue 19): strata >= 1.6x torch at every size, >= 85% of the peak at 85M.
+# Both programs run under the same OpenBLAS core (--openblas-core: env, the environment's, by
+# default; auto, OpenBLAS's own detection; or a name), printed with the library strata's products use.
 # Usage: bench/model_peak.sh [--steps N] [--threads "1 2"] [--sizes "3.3M 85M"] [--precisions "fp32 bf16"]
+#                            [--openblas-core env|auto|NAME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=12 threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16"
+steps=12 threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16" core=env
 while (($#)); do
     case "$1" in
     --steps) steps=$2 ;; --threads) threads=$2 ;; --sizes) sizes=$2 ;; --precisions) precisions=$2 ;;
+    --openblas-core) core=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
 done
 declare -A shape=([3.3M]="--layers 4 --heads 8 --dim 256 --seq 128 --batch 8"
                   [85M]="--layers 12 --heads 12 --dim 768 --seq 256 --batch 4")
-printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s  %s\n' size prec threads strata_tok/s torch_tok/s ratio \
-    strata_MFU torch_MFU peak
+printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s  %-16s %-14s %s\n' size prec threads strata_tok/s \
+    torch_tok/s ratio strata_MFU torch_MFU peak strata_products OpenBLAS_core
 for size in $sizes; do
     for prec in $precisions; do
         for th in $threads; do
             # shellcheck disable=SC2086
             out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "$steps" --threads "$th" \
-                --precision "$prec")
+                --precision "$prec" --openblas-core "$core")
             s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
             t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
             r=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")
             pk=$(sed -nE 's/^peak measured by strata: ([0-9]+) GFLOP.*/\1/p' <<<"$out")
-            printf '%-6s %-5s %-7s %12s %12s %6sx %8s%% %8s%%  %s GFLOP/s\n' "$size" "$prec" "$th" \
-                "${s% *}" "${t% *}" "$r" "${s#* }" "${t#* }" "$pk"
+            lib=$(sed -nE "s/^strata's products: (.*)/\1/p" <<<"$out")
+            oc=$(sed -nE 's/^OpenBLAS core: (.*)/\1/p' <<<"$out")
+            printf '%-6s %-5s %-7s %12s %12s %6sx %8s%% %8s%%  %-16s %-14s %s\n' "$size" "$prec" \
+                "$th" "${s% *}" "${t% *}" "$r" "${s#* }" "${t#* }" "$pk GFLOP/s" "$lib" "$oc"
         done
     done
 done

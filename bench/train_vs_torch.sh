@@ -3,15 +3,20 @@
 # model, batch, optimizer (AdamW with fp32 master weights, clipping), precision and thread count,
 # in the same run. Prints both tokens/s, both MFUs (against the GEMM peak strata measures at that
 # precision and thread count on this CPU) and the ratio strata / torch.
+# Both run under the same OpenBLAS core: the environment's (--openblas-core env, the default), the one
+# OpenBLAS detects on this CPU (auto: OPENBLAS_CORETYPE unset), or a named one. strata's float32
+# products leave OpenBLAS for oneDNN where that core is narrower than the CPU (docs/train.md).
 # Usage: bench/train_vs_torch.sh [--threads N] [--layers N] [--heads N] [--dim N] [--seq N]
 #                                [--batch N] [--steps N] [--precision fp32|bf16]
+#                                [--openblas-core env|auto|NAME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=1 layers=4 heads=8 dim=256 seq=128 batch=8 steps=20 warm=3 precision=fp32
+threads=1 layers=4 heads=8 dim=256 seq=128 batch=8 steps=20 warm=3 precision=fp32 core=env
 while (($#)); do
     case "$1" in
     --threads) threads=$2 ;; --layers) layers=$2 ;; --heads) heads=$2 ;; --dim) dim=$2 ;;
     --seq) seq=$2 ;; --batch) batch=$2 ;; --steps) steps=$2 ;; --precision) precision=$2 ;;
+    --openblas-core) core=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -20,15 +25,23 @@ bash scripts/deps.sh python3-torch >/dev/null
 if [ ! -x build/release/strata ]; then
     cmake --preset release >/dev/null && cmake --build build/release -j2 >/dev/null
 fi
+case "$core" in
+env) ;;
+auto) unset OPENBLAS_CORETYPE ;;
+*) export OPENBLAS_CORETYPE=$core ;;
+esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "model: L=$layers C=$dim heads=$heads T=$seq batch=$batch, $steps steps ($warm warm-up), $threads thread(s), $precision"
+echo "OpenBLAS core: $(/usr/bin/python3 -c "import ctypes; l = ctypes.CDLL('libopenblas.so.0'); \
+l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())")"
 OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads STRATA_PROGRESS=lines build/release/strata train \
     --layers "$layers" --heads "$heads" --dim "$dim" --seq "$seq" --batch "$batch" \
     --steps "$steps" --threads "$threads" --lr 1e-3 --warmup 0 --precision "$precision" \
     --progress-every 1000 --metrics "$tmp/m.jsonl" 2>"$tmp/err"
 peak=$(sed -nE 's/.*MFU [0-9.]+% of ([0-9]+ GFLOP\/s [a-z0-9]+).*/\1/p' "$tmp/err")
 echo "peak measured by strata: $peak"
+echo "strata's products: $(sed -nE 's/.*steps, (fp32|bf16) \(([^)]*)\).*/\2/p' "$tmp/err")"
 # MFU per token/s: the model's FLOPs per token over the peak strata measured (the same in every
 # step's record), so torch's MFU is its tokens/s times the same factor.
 read -r s per < <(/usr/bin/python3 -c "
