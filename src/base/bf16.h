@@ -1,5 +1,5 @@
 /* bfloat16 <-> float32: what the communicator's bf16 reductions (src/comm/algo/reduce_op.c), the
- * pool's node kernels (src/pool/kernels.c) and the model's bf16 matrix products (src/model/gemm_bf16.c)
+ * pool's node kernels (src/pool/kernels.c) and the model's bf16 matrix products (src/model/gemm_onednn.c)
  * all convert with, so a value rounds the same way wherever it crosses. Header-only and branch-free:
  * each caller's loops vectorise with its own flags. */
 #ifndef ST_BASE_BF16_H
