@@ -23,6 +23,7 @@
 
 #include "base/base.h"
 #include "comm/bootstrap/store.h"
+#include "strata/model.h"
 
 #define DEFAULT_DEADLINE_MS 120000
 #define PUMP_MS             10 /* longest the parent serves the store before looking at children */
@@ -127,6 +128,10 @@ static _Noreturn void run_rank(const job_t *job, st_store_server_t *srv, int ran
     set_env("STRATA_SECRET", job->secret);
     set_env("STRATA_JOB_ID", job->job_id);
     set_extra_env(extra_env);
+    // One thread for the rank's products and layers, as strata launch and torchrun give each of
+    // several ranks (OMP_NUM_THREADS=1): each rank with a pool as large as the host, spinning on
+    // the cores the others need, took 6 times as long a step (a trainer's --threads still sets it).
+    strata_blas_set_threads(1);
     st_log_set_rank(rank);
     int rc = fn(rank, job->nranks, arg);
     // _exit skips stdio's flush as well as atexit handlers; the rank's output must not be lost.
