@@ -17,6 +17,7 @@
  * pass) can be held: rounded once into a per-thread copy that every product whose operand lies
  * inside it reads instead of rounding again, until it is released. */
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -122,10 +123,12 @@ static gemm_cache_t *cache(void)
 {
     if (!st_gemm_onednn_ready())
         return NULL;
-    st_omp_guard(); // oneDNN's threads are OpenMP's
+    bool omp_ok = st_omp_guard(); // oneDNN's threads are OpenMP's
     gemm_cache_t *g = pthread_getspecific(cache_key);
     if (g)
         return g;
+    if (!omp_ok) // a forked child, or TSan: this thread's products keep to one thread
+        omp_set_num_threads(1);
     g = calloc(1, sizeof *g);
     if (!g)
         return NULL;

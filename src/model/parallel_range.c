@@ -6,7 +6,9 @@
  * handler, and a forked child keeps to one OpenMP thread.
  *
  * Not under ThreadSanitizer: libgomp is not built with it, so its own synchronisation would read
- * as races; those builds run the pieces serially. */
+ * as races, and TSan refuses a child that starts threads after a multi-threaded fork (the test
+ * harness forks ranks after a reference run); those builds run the pieces serially and keep
+ * OpenMP, oneDNN's teams included, to one thread. */
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,7 +42,11 @@ static void register_fork_handler(void)
 bool st_omp_guard(void)
 {
     pthread_once(&once, register_fork_handler);
+#ifdef ST_SERIAL
+    return false; // one thread: a oneDNN team started in the parent makes a fork multi-threaded
+#else
     return !atomic_load(&forked);
+#endif
 }
 
 int st_parallel_threads(void)
