@@ -280,7 +280,7 @@ static void pack_piece(void *ctx, size_t r0, size_t r1)
 static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld)
 {
     pack_job_t j = {dst, x, cols, ld};
-    st_parallel_range((size_t)rows, (size_t)(16384 / cols + 1), pack_piece, &j);
+    st_parallel_range((size_t)rows, ST_ROW_GRAIN(cols), pack_piece, &j);
 }
 
 /* The product on bf16 (or f32) storage with leading dimensions lda, ldb (of A's and B's storage). */

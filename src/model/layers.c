@@ -10,10 +10,6 @@
 #include "model/parallel_range.h"
 #include "model/vecmath.h"
 
-/* Rows per thread at the least for a row-wise loop over rows of `width` floats: about 16K
- * elements, below which starting the threads costs more than it saves. */
-#define ROW_GRAIN(width) ((size_t)(16384 / (width) + 1))
-
 void st_encoder_forward(float *out, const int32_t *tok, const float *wte, int v0, int v1,
                         const float *wpe, int B, int T, int C)
 {
@@ -95,7 +91,7 @@ static void norm_rows(void *ctx, size_t n0, size_t n1)
 
 static void norm_forward(const norm_job_t *j, int N)
 {
-    st_parallel_range((size_t)N, ROW_GRAIN(j->C), norm_rows, (void *)j);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(j->C), norm_rows, (void *)j);
 }
 
 void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -185,7 +181,7 @@ static void norm_backward_cols(void *ctx, size_t c0, size_t c1)
 
 static void norm_backward(const norm_bwd_job_t *j)
 {
-    st_parallel_range((size_t)j->N, ROW_GRAIN(j->C), norm_backward_rows, (void *)j);
+    st_parallel_range((size_t)j->N, ST_ROW_GRAIN(j->C), norm_backward_rows, (void *)j);
     st_parallel_range((size_t)j->C, 64, norm_backward_cols, (void *)j);
 }
 
@@ -325,7 +321,7 @@ static void bias_gelu_rows(void *ctx, size_t n0, size_t n1)
 void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC)
 {
     gelu_job_t g = {.pre = pre, .out = out, .bias = bias, .N = N, .OC = OC};
-    st_parallel_range((size_t)N, ROW_GRAIN(OC), bias_gelu_rows, &g);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), bias_gelu_rows, &g);
 }
 
 /* By column stripes: each bias gradient sums its column in row order, whatever the threads. */

@@ -41,7 +41,7 @@ static void xent_forward_rows(void *ctx, size_t n0, size_t n1)
 float st_xent_forward(float *lse, const float *logits, const int32_t *targets, int N, int V)
 {
     xent_job_t j = {.lse = lse, .logits = logits, .V = V};
-    st_parallel_range((size_t)N, (size_t)(16384 / V + 1), xent_forward_rows, &j);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(V), xent_forward_rows, &j);
     double total = 0.0;
     for (int n = 0; n < N; n++)
         total += (double)(lse[n] - logits[(size_t)n * V + targets[n]]);
@@ -73,7 +73,7 @@ void st_xent_backward(float *dlogits, uint16_t *dlogits_h, const float *logits, 
 {
     xent_job_t j = {.dlogits = dlogits, .dlogits_h = dlogits_h, .logits = logits, .lse = (float *)lse,
                     .targets = targets, .v0 = v0, .V = V, .scale = scale};
-    st_parallel_range((size_t)N, (size_t)(16384 / V + 1), xent_backward_rows, &j);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(V), xent_backward_rows, &j);
 }
 
 void st_xent_rowmax(float *mx, const float *logits, int N, int V)

@@ -13,6 +13,10 @@
 void st_parallel_range(size_t n, size_t grain, void (*fn)(void *ctx, size_t begin, size_t end),
                        void *ctx);
 
+/* Rows per thread at the least for a row-wise loop over rows of `width` floats: about 16K
+ * elements, below which starting the threads costs more than it saves. */
+#define ST_ROW_GRAIN(width) ((size_t)(16384 / (width) + 1))
+
 /* x[0, n) = 0 in pieces over the threads (a large arena's clearing is a pass over memory that one
  * core cannot saturate). */
 void st_parallel_zero(float *x, size_t n);
