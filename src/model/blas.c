@@ -87,6 +87,13 @@ uint16_t *st_operand_hold(const float *x, int rows, int cols, int ld, bool round
     return st_gemm_bf16_hold(x, rows, cols, ld, round);
 }
 
+bool st_operand_hold_copy(const float *x, size_t n, uint16_t *copy, bool round)
+{
+    if (atomic_load_explicit(&precision, memory_order_relaxed) != STRATA_PREC_BF16)
+        return false;
+    return st_gemm_bf16_hold_copy(x, n, copy, round);
+}
+
 void st_operand_release(const float *x)
 {
     st_gemm_bf16_release(x);

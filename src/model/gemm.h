@@ -4,6 +4,7 @@
 #define ST_MODEL_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Whether oneDNN runs here (its CPU engine could be made). */
@@ -37,6 +38,14 @@ int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const 
  * round x themselves; with round false the caller fills nothing). */
 uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round);
 void st_gemm_bf16_release(const float *x);
+
+/* Holding x's n floats with the caller's copy (n bf16, rounded from x first when round), which
+ * stays the caller's: every st_gemm_bf16 on this thread whose operand's storage lies inside x
+ * reads the copy at the same offset, whatever its shape, until st_gemm_bf16_release(x). For a
+ * model's parameters, rounded once in the forward and read again by the backward. Holding x again
+ * with the same copy counts once more. false (nothing held) without bf16 units, when every slot
+ * is taken or x is held with another copy. */
+bool st_gemm_bf16_hold_copy(const float *x, size_t n, uint16_t *copy, bool round);
 
 /* dst (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16. */
 void st_gemm_bf16_round(uint16_t *dst, const float *x, int rows, int cols, int ld);

@@ -44,13 +44,15 @@ typedef struct prim {
     dnnl_memory_t a, b, c;
 } prim_t;
 
-#define HELD_SLOTS 4
+#define HELD_SLOTS 8
 
-/* A held matrix: x's rows x cols (leading dimension ld) rounded into h (rows x cols, packed). */
+/* A held matrix: x's rows x cols (leading dimension ld) rounded into h (rows x cols, packed): the
+ * slot's own buffer buf, or a caller's copy. */
 typedef struct held {
     const float *x;
     int rows, cols, ld, refs;
-    uint16_t *h;
+    const uint16_t *h;
+    uint16_t *buf;
     size_t cap;
 } held_t;
 
@@ -89,7 +91,7 @@ static void cache_free(void *arg)
     free(g->a16);
     free(g->b16);
     for (int i = 0; i < HELD_SLOTS; i++)
-        free(g->held[i].h);
+        free(g->held[i].buf);
     free(g);
 }
 
@@ -320,29 +322,68 @@ static held_t *held_find(gemm_cache_t *g, const float *x, int rows, int cols, in
     return NULL;
 }
 
+/* A free slot for x, or x's own when it is held already (refs counted once more). */
+static held_t *held_slot(gemm_cache_t *g, const float *x, int rows, int cols, int ld, bool *again)
+{
+    held_t *h = held_find(g, x, rows, cols, ld);
+    *again = h != NULL;
+    for (int i = 0; i < HELD_SLOTS && !h; i++)
+        if (!g->held[i].refs)
+            h = &g->held[i];
+    return h;
+}
+
+static void held_set(held_t *h, const float *x, int rows, int cols, int ld, const uint16_t *copy)
+{
+    h->x = x;
+    h->rows = rows;
+    h->cols = cols;
+    h->ld = ld;
+    h->h = copy;
+    h->refs = 1;
+}
+
 uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round)
 {
     gemm_cache_t *g = bf16_cache();
     if (!g || rows < 1 || cols < 1)
         return NULL;
-    held_t *h = held_find(g, x, rows, cols, ld);
-    if (h) {
+    bool again;
+    held_t *h = held_slot(g, x, rows, cols, ld, &again);
+    if (again) { // a caller's copy (st_gemm_bf16_hold_copy) is not for this caller to fill
         h->refs++;
-        return h->h;
+        return h->h == h->buf ? h->buf : NULL;
     }
-    for (int i = 0; i < HELD_SLOTS && !h; i++)
-        if (!g->held[i].refs)
-            h = &g->held[i];
-    if (!h || !reserve(&h->h, &h->cap, (size_t)rows * cols))
+    if (!h || !reserve(&h->buf, &h->cap, (size_t)rows * cols))
         return NULL;
     if (round)
-        pack_bf16(h->h, x, rows, cols, ld);
-    h->x = x;
-    h->rows = rows;
-    h->cols = cols;
-    h->ld = ld;
-    h->refs = 1;
-    return h->h;
+        pack_bf16(h->buf, x, rows, cols, ld);
+    held_set(h, x, rows, cols, ld, h->buf);
+    return h->buf;
+}
+
+/* n floats as rows of this many, for the conversion's threads. */
+#define FLAT_ROW 4096
+
+bool st_gemm_bf16_hold_copy(const float *x, size_t n, uint16_t *copy, bool round)
+{
+    gemm_cache_t *g = bf16_cache();
+    if (!g || n < 1 || n > (size_t)INT32_MAX)
+        return false;
+    bool again;
+    held_t *h = held_slot(g, x, 1, (int)n, (int)n, &again);
+    if (!h || (again && h->h != copy))
+        return false;
+    if (round) {
+        size_t rows = n / FLAT_ROW, done = rows * FLAT_ROW;
+        pack_bf16(copy, x, (int)rows, FLAT_ROW, FLAT_ROW);
+        pack_rows(copy + done, x + done, 0, 1, (int)(n - done), (int)(n - done));
+    }
+    if (again)
+        h->refs++;
+    else
+        held_set(h, x, 1, (int)n, (int)n, copy);
+    return true;
 }
 
 void st_gemm_bf16_release(const float *x)
@@ -356,17 +397,29 @@ void st_gemm_bf16_release(const float *x)
 }
 
 /* The held copy of the storage rows x cols at p (leading dimension ld), when p lies inside a held
- * matrix of that leading dimension; *hld its leading dimension there. */
+ * matrix: one of that leading dimension, or any held without gaps (ld == cols: its copy has x's
+ * layout, so any matrix inside reads it at the same offset and leading dimension); *hld its
+ * leading dimension there. */
 static const uint16_t *held_view(gemm_cache_t *g, const float *p, int rows, int cols, int ld,
                                  int *hld)
 {
     for (int i = 0; i < HELD_SLOTS; i++) {
         const held_t *h = &g->held[i];
         uintptr_t at = (uintptr_t)p, base = (uintptr_t)h->x;
-        if (!h->refs || h->ld != ld || at < base || (at - base) % sizeof(float))
+        if (!h->refs || at < base || (at - base) % sizeof(float))
             continue;
-        size_t off = (at - base) / sizeof(float), r0 = off / (size_t)ld, c0 = off % (size_t)ld;
-        if (r0 + (size_t)rows <= (size_t)h->rows && c0 + (size_t)cols <= (size_t)h->cols) {
+        size_t off = (at - base) / sizeof(float);
+        if (h->ld == h->cols) {
+            size_t end = off + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+            if (end <= (size_t)h->rows * (size_t)h->cols && cols <= ld) {
+                *hld = ld;
+                return h->h + off;
+            }
+            continue;
+        }
+        size_t r0 = off / (size_t)ld, c0 = off % (size_t)ld;
+        if (h->ld == ld && r0 + (size_t)rows <= (size_t)h->rows &&
+            c0 + (size_t)cols <= (size_t)h->cols) {
             *hld = h->cols;
             return h->h + r0 * (size_t)h->cols + c0;
         }

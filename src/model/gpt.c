@@ -674,6 +674,8 @@ void strata_model_destroy(strata_gpt_t *m)
     free(m->seg_cnt);
     free(m->params);
     free(m->grads);
+    free(m->w16);
+    free(m->w16_ok);
     free(m->acts);
     free(m);
 }

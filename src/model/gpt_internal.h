@@ -51,6 +51,8 @@ struct strata_gpt {
     int max_batch;
     size_t P, P_full;
     float *params, *grads;
+    uint16_t *w16; /* bf16: the parameters the last forward rounded (pass.c), allocated on first use */
+    bool *w16_ok;  /* [nseg] segment's w16 holds what its last forward read */
     int ntensors;
     strata_tensor_info_t *tensors;
     char *names; /* storage of the tensor names */

@@ -21,6 +21,10 @@ void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
  * fp32 (nothing to do) or when nothing could be held. */
 uint16_t *st_operand_hold(const float *x, int rows, int cols, int ld, bool round);
 void st_operand_release(const float *x);
+/* At bf16 precision, x's n floats held with the caller's copy (st_gemm_bf16_hold_copy: any product
+ * reading inside x reads the copy, rounded from x first when round) until st_operand_release(x);
+ * false at fp32 or when nothing could be held (then nothing is to be released). */
+bool st_operand_hold_copy(const float *x, size_t n, uint16_t *copy, bool round);
 
 /* st_parallel_range (parallel_range.h) for pieces that call st_sgemm: the pieces' products each
  * run on their piece's thread instead of asking the BLAS for every thread at once. */

@@ -2,6 +2,7 @@
  * final norm, tied head, loss) over this rank's part of the parameters, with the parameter hooks of
  * a ZeRO engine around every segment and the tensor-parallel layers of tp.c (plain kernels at tp 1).
  * Names of trace spans: embed/blockN/head .fwd/.bwd. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -51,12 +52,50 @@ static strata_status_t grad_ready(strata_gpt_t *m, int seg)
     return STRATA_OK;
 }
 
-/* Runs `body` (a status expression) between acquire and release of `seg`; a failing body still
- * releases. */
-#define WITH_SEG(m, seg, bwd, p, body)                                                             \
+/* How a segment's parameters meet the bf16 products: not at all (PARAMS_PLAIN: the embeddings'
+ * lookup, the norms), rounded into the model's copy for the forward's products (PARAMS_ROUND), or
+ * that copy read again by the backward's (PARAMS_REUSE): each weight is rounded once per forward,
+ * not again for its input gradient. The parameters do not change between a micro-batch's forward
+ * and its backward (the optimizer runs after both), so the copy the last forward rounded is the
+ * backward's, whichever buffer an acquire hook hands out; evaluation forwards in between round
+ * the same values again. */
+typedef enum { PARAMS_PLAIN, PARAMS_ROUND, PARAMS_REUSE } params_use_t;
+
+/* Holds seg's parameters p for the products (st_operand_hold_copy) as `use` says; true when held. */
+static bool hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t use)
+{
+    bool round = use == PARAMS_ROUND;
+    if (round && m->w16_ok)
+        m->w16_ok[seg] = false; // until rounded below
+    if (use == PARAMS_PLAIN || strata_blas_precision() != STRATA_PREC_BF16 ||
+        (!round && !(m->w16_ok && m->w16_ok[seg])))
+        return false;
+    if (!m->w16) {
+        m->w16 = malloc(m->P * sizeof *m->w16);
+        m->w16_ok = calloc((size_t)m->nseg, sizeof *m->w16_ok);
+        if (!m->w16 || !m->w16_ok) {
+            free(m->w16);
+            free(m->w16_ok);
+            m->w16 = NULL;
+            m->w16_ok = NULL;
+            return false; // the products round the weights themselves
+        }
+    }
+    bool held = st_operand_hold_copy(p, m->seg_cnt[seg], m->w16 + m->seg_off[seg], round);
+    if (round)
+        m->w16_ok[seg] = held;
+    return held;
+}
+
+/* Runs `body` (a status expression) between acquire and release of `seg`, its parameters held for
+ * the products as `use` says; a failing body still releases. */
+#define WITH_SEG(m, seg, bwd, use, p, body)                                                        \
     do {                                                                                           \
         ST_TRY(acquire(m, seg, bwd, &p));                                                          \
+        bool held_ = hold_params(m, seg, p, use);                                                  \
         strata_status_t body_rc_ = (body);                                                         \
+        if (held_)                                                                                 \
+            st_operand_release(p);                                                                 \
         strata_status_t rel_rc_ = release(m, seg, bwd);                                            \
         ST_TRY(body_rc_);                                                                          \
         ST_TRY(rel_rc_);                                                                           \
@@ -236,7 +275,7 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
 
     if (embed) {
         strata_trace_begin("compute", "embed.fwd");
-        WITH_SEG(m, 0, false, p,
+        WITH_SEG(m, 0, false, PARAMS_PLAIN, p,
                  st_tp_embed_forward(m, sl->encoded, sl->tokens, p + m->wte, ST_AT(p, m->wpe), B, T));
         strata_trace_end("compute", "embed.fwd");
     } else {
@@ -248,7 +287,8 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
         const char *nm = NAMED(fwd_names, l, "block.fwd");
         block_acts_t *a = &sl->ba[m->blk[l]];
         strata_trace_begin("compute", nm);
-        WITH_SEG(m, block_seg(m, l), false, p, block_forward(m, a, p, x, xres, B, T));
+        WITH_SEG(m, block_seg(m, l), false, PARAMS_ROUND, p,
+                 block_forward(m, a, p, x, xres, B, T));
         strata_trace_end("compute", nm);
         x = a->res2;
         xres = a->res1;
@@ -259,8 +299,8 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
         return STRATA_OK;
     }
     strata_trace_begin("compute", "head.fwd");
-    WITH_SEG(m, m->seg_final, false, p, final_norm_forward(m, sl, p, x, xres, R));
-    WITH_SEG(m, head_seg(m), false, p, head_forward(m, sl, p, N));
+    WITH_SEG(m, m->seg_final, false, PARAMS_PLAIN, p, final_norm_forward(m, sl, p, x, xres, R));
+    WITH_SEG(m, head_seg(m), false, PARAMS_ROUND, p, head_forward(m, sl, p, N));
     st_model_progress(m);
     sl->logits_valid = true;
     if (targets) {
@@ -371,7 +411,7 @@ static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p
 static strata_status_t head_backward_seg(strata_gpt_t *m, slot_t *sl, int N)
 {
     const float *p = NULL;
-    WITH_SEG(m, head_seg(m), true, p, head_backward(m, sl, p, N));
+    WITH_SEG(m, head_seg(m), true, PARAMS_REUSE, p, head_backward(m, sl, p, N));
     return STRATA_OK;
 }
 
@@ -411,7 +451,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         ST_TRY(head_rc);
         st_model_progress(m);
         const float *xl = sl->ba[m->blk[l1 - 1]].res2;
-        WITH_SEG(m, m->seg_final, true, p, final_norm_backward(m, sl, p, xl, R));
+        WITH_SEG(m, m->seg_final, true, PARAMS_PLAIN, p, final_norm_backward(m, sl, p, xl, R));
         strata_trace_end("compute", "head.bwd");
         if (ready)
             ST_TRY(grad_ready(m, m->seg_final));
@@ -426,7 +466,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         int li = m->blk[l], seg = block_seg(m, l);
         strata_trace_begin("compute", nm);
         const float *x = l > l0 ? sl->ba[li - 1].res2 : sl->encoded;
-        WITH_SEG(m, seg, true, p,
+        WITH_SEG(m, seg, true, PARAMS_REUSE, p,
                  block_backward(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
         strata_trace_end("compute", nm);
         if (ready)
@@ -436,7 +476,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
     if (l0 != 0)
         return STRATA_OK; // dres: the gradient of the chunk's input
     strata_trace_begin("compute", "embed.bwd");
-    WITH_SEG(m, 0, true, p,
+    WITH_SEG(m, 0, true, PARAMS_PLAIN, p,
              st_tp_embed_backward(m, m->grads + m->wte, ST_AT(m->grads, m->wpe), m->dres,
                                   sl->tokens, B, T));
     strata_trace_end("compute", "embed.bwd");
@@ -469,7 +509,7 @@ strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
         int li = m->blk[l], seg = block_seg(m, l);
         const char *nm = NAMED(wgt_names, l, "block.wgt");
         strata_trace_begin("compute", nm);
-        WITH_SEG(m, seg, true, p,
+        WITH_SEG(m, seg, true, PARAMS_PLAIN, p,
                  block_weights(m, &sl->ba[li], m->grads + m->seg_off[seg], sl->B, sl->T));
         strata_trace_end("compute", nm);
     }

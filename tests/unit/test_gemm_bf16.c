@@ -225,6 +225,68 @@ static void test_held_operands(void **state)
     free(dy), free(w), free(x);
 }
 
+/* A flat hold with the caller's copy (st_operand_hold_copy), as the model holds a segment of its
+ * parameters: products reading any matrix inside the arena, at its own leading dimension and either
+ * way round, give the bits they give without the hold; the copy is the caller's, rounded; a second
+ * hold with the same copy counts, one with another copy is refused; released, a changed arena is
+ * read anew. */
+static void test_held_copy(void **state)
+{
+    (void)state;
+    int N = 32, C = 24, OC = 40;
+    size_t n = 7 + (size_t)OC * C + (size_t)C * C; // two weights at odd offsets, like a segment
+    float *arena = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * N * C);
+    float *dy = malloc(sizeof(float) * N * OC);
+    float *ref[3], *got[3];
+    uint16_t *copy = malloc(sizeof(uint16_t) * n), *other = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++)
+        arena[i] = frand();
+    for (int i = 0; i < N * C; i++)
+        x[i] = frand();
+    for (int i = 0; i < N * OC; i++)
+        dy[i] = frand();
+    for (int k = 0; k < 3; k++) {
+        ref[k] = calloc((size_t)N * OC, sizeof(float));
+        got[k] = calloc((size_t)N * OC, sizeof(float));
+    }
+    const float *w1 = arena + 7, *w2 = w1 + (size_t)OC * C; // OC x C, then C x C
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    assert_false(st_operand_hold_copy(arena, n, copy, true));
+    strata_precision_t in_effect;
+    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
+    bool units = in_effect == STRATA_PREC_BF16;
+    for (int pass = 0; pass < 2; pass++) {
+        float **out = pass ? got : ref;
+        if (pass) {
+            assert_int_equal(st_operand_hold_copy(arena, n, copy, true), units);
+            if (units) {
+                for (size_t i = 0; i < n; i += 97)
+                    assert_int_equal(copy[i], st_f32_to_bf16(arena[i]));
+                assert_true(st_operand_hold_copy(arena, n, copy, false)); // counted once more
+                assert_false(st_operand_hold_copy(arena, n, other, false));
+                st_operand_release(arena);
+            }
+        }
+        st_sgemm(0, 1, N, OC, C, 1.f, x, C, w1, C, 0.f, out[0], OC);      // y = x w1^T
+        st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w1, C, 0.f, out[1], C);     // dx = dy w1
+        st_sgemm(0, 0, N, 12, 12, 1.f, x, C, w2 + 12, C, 0.f, out[2], 12); // a block of w2
+        if (pass)
+            for (int k = 0; k < 3; k++)
+                assert_memory_equal(ref[k], got[k], (size_t)N * OC * sizeof(float));
+        if (pass && units)
+            st_operand_release(arena);
+    }
+    for (size_t i = 0; i < n; i++) // released: a changed arena is rounded anew
+        arena[i] = 2.f * arena[i];
+    st_sgemm(0, 1, N, OC, C, 1.f, x, C, w1, C, 0.f, got[0], OC);
+    for (int i = 0; i < N * OC; i++)
+        assert_float_equal(got[0][i], 2.f * ref[0][i], 0.f);
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    for (int k = 0; k < 3; k++)
+        free(ref[k]), free(got[k]);
+    free(arena), free(x), free(dy), free(copy), free(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_precision_names),
         cmocka_unit_test(test_peak),
         cmocka_unit_test(test_held_operands),
+        cmocka_unit_test(test_held_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -476,6 +476,95 @@ static void test_model_fd(void **state)
     model_fd(&all);
 }
 
+/* ---- bf16: each weight rounded once per forward ---- */
+
+/* Acquire hooks that hand out a fresh copy of the segment at every acquire, as ZeRO-3's gathers
+ * do: the backward reads the forward's rounding from another buffer than the forward's. */
+typedef struct copy_hooks {
+    strata_gpt_t *m;
+    float *held[64];
+} copy_hooks_t;
+
+static strata_status_t copy_acquire(void *ctx, int seg, bool bwd, const float **params)
+{
+    (void)bwd;
+    copy_hooks_t *h = ctx;
+    size_t off, cnt;
+    strata_model_segment(h->m, seg, &off, &cnt);
+    h->held[seg] = malloc(cnt * sizeof(float));
+    memcpy(h->held[seg], strata_model_param_arena(h->m) + off, cnt * sizeof(float));
+    *params = h->held[seg];
+    return STRATA_OK;
+}
+
+static strata_status_t copy_release(void *ctx, int seg, bool bwd)
+{
+    (void)bwd;
+    copy_hooks_t *h = ctx;
+    free(h->held[seg]);
+    h->held[seg] = NULL;
+    return STRATA_OK;
+}
+
+/* The gradients of one forward and backward on m, copied. */
+static float *grads_of(strata_gpt_t *m, const int32_t *tok, const int32_t *tgt)
+{
+    float loss;
+    assert_int_equal(strata_model_forward(m, tok, tgt, 2, 6, &loss), STRATA_OK);
+    assert_int_equal(strata_model_backward(m), STRATA_OK);
+    size_t P = strata_model_nparams(m);
+    float *g = malloc(P * sizeof(float));
+    memcpy(g, strata_model_grad_arena(m), P * sizeof(float));
+    return g;
+}
+
+/* At bf16 the backward's products read the weights the forward rounded. A change of the parameters
+ * between steps (the optimizer's), with an evaluation forward in between, is seen: the next step's
+ * gradients are those of a fresh model holding the new parameters, bit for bit, and so are a
+ * model's whose hooks hand out a new buffer at every acquire. */
+static void test_bf16_weights_once(void **state)
+{
+    (void)state;
+    strata_precision_t in_effect;
+    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
+    strata_gpt_config_t cfg = {0};
+    cfg.vocab = 32, cfg.max_seq = 6, cfg.n_layer = 2, cfg.n_head = 2, cfg.d_model = 8;
+    cfg.ln_eps = 1e-5f, cfg.init_std = 0.3f;
+    strata_gpt_t *a, *b, *c;
+    assert_int_equal(strata_model_create(&cfg, 2, 7, &a), STRATA_OK);
+    assert_int_equal(strata_model_create(&cfg, 2, 7, &b), STRATA_OK);
+    assert_int_equal(strata_model_create(&cfg, 2, 7, &c), STRATA_OK);
+    int32_t tok[12], tgt[12], other[12];
+    for (int i = 0; i < 12; i++) {
+        tok[i] = (i * 7 + 3) % 32;
+        tgt[i] = (i * 5 + 1) % 32;
+        other[i] = (i * 3 + 2) % 32;
+    }
+    size_t P = strata_model_nparams(a);
+    free(grads_of(a, tok, tgt));
+    float *pa = strata_model_param_arena(a);
+    for (size_t i = 0; i < P; i++) // the step's update
+        pa[i] = pa[i] * 1.25f + 0.01f;
+    float l;
+    assert_int_equal(strata_model_forward(a, other, tgt, 2, 6, &l), STRATA_OK); // evaluation
+    float *ga = grads_of(a, tok, tgt);
+    memcpy(strata_model_param_arena(b), pa, P * sizeof(float));
+    float *gb = grads_of(b, tok, tgt);
+    assert_memory_equal(ga, gb, P * sizeof(float));
+    memcpy(strata_model_param_arena(c), pa, P * sizeof(float));
+    copy_hooks_t h = {.m = c};
+    assert_true(strata_model_nsegments(c) <= 64);
+    strata_param_hooks_t hooks = {&h, copy_acquire, copy_release, NULL};
+    strata_model_set_hooks(c, &hooks);
+    float *gc = grads_of(c, tok, tgt);
+    assert_memory_equal(gb, gc, P * sizeof(float));
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    free(ga), free(gb), free(gc);
+    strata_model_destroy(a);
+    strata_model_destroy(b);
+    strata_model_destroy(c);
+}
+
 /* ---- optimizers ---- */
 static void test_optim_pieces(void **state)
 {
@@ -617,7 +706,8 @@ int main(void)
         cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),
-        cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_optim_pieces),
+        cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_bf16_weights_once),
+        cmocka_unit_test(test_optim_pieces),
         cmocka_unit_test(test_schedule_clip), cmocka_unit_test(test_threads_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
