@@ -665,6 +665,7 @@ void strata_model_destroy(strata_gpt_t *m)
         free(m->slot[k].ba);
         free(m->slot[k].tokens);
         free(m->slot[k].targets);
+        free(m->slot[k].a16);
     }
     free(m->slot);
     free(m->blk);

@@ -22,6 +22,12 @@ typedef struct block_layout {
     size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, w3w, w3b, fc2w, fc2b;
 } block_layout_t;
 
+/* A block's activations that bf16 products read twice, in the forward and again for the weight
+ * gradients, kept rounded in between (pass.c): ln1 and ln2, their column layers' input (not under
+ * sequence parallelism, where the products read the gathered rows instead), and atty and the MLP's
+ * activation, their row layers'. */
+enum { ACT_LN1, ACT_LN2, ACT_ATTY, ACT_MLP, ACT_KINDS };
+
 /* Activations of one block, pointers into the activation arena. Rows: the residual stream (x, ln*,
  * res*, their statistics) has R rows (B*T, or B*T/tp with sequence parallelism); the head-split
  * tensors (qkv, atty, att, fch) have all B*T rows and this rank's columns. fch is the MLP's first
@@ -32,6 +38,8 @@ typedef struct block_acts {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res2;
     /* split backward: the output gradients of the linear layers, for their weight gradients */
     float *dqkv, *dproj, *dfc, *dfc2;
+    uint16_t *h16[ACT_KINDS]; /* bf16: the kept copies, in the slot's a16 (NULL until first used) */
+    unsigned h16_ok;          /* bit k: h16[k] holds what the last forward rounded */
 } block_acts_t;
 
 /* One micro-batch's activations: a slot (pipeline chunks hold several). */
@@ -43,6 +51,7 @@ typedef struct slot {
     float *encoded; /* the embedding's output, or the chunk's input */
     block_acts_t *ba; /* [nblocks] */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse;
+    uint16_t *a16; /* bf16: the blocks' kept activation copies (block_acts_t.h16) */
 } slot_t;
 
 struct strata_gpt {
@@ -53,6 +62,7 @@ struct strata_gpt {
     float *params, *grads;
     uint16_t *w16; /* bf16: the parameters the last forward rounded (pass.c), allocated on first use */
     bool *w16_ok;  /* [nseg] segment's w16 holds what its last forward read */
+    bool no_copies; /* bf16 products round every operand themselves (w16, a16 unused): for tests */
     int ntensors;
     strata_tensor_info_t *tensors;
     char *names; /* storage of the tensor names */

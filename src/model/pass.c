@@ -67,7 +67,7 @@ static bool hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t u
     bool round = use == PARAMS_ROUND;
     if (round && m->w16_ok)
         m->w16_ok[seg] = false; // until rounded below
-    if (use == PARAMS_PLAIN || strata_blas_precision() != STRATA_PREC_BF16 ||
+    if (use == PARAMS_PLAIN || m->no_copies || strata_blas_precision() != STRATA_PREC_BF16 ||
         (!round && !(m->w16_ok && m->w16_ok[seg])))
         return false;
     if (!m->w16) {
@@ -100,6 +100,59 @@ static bool hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t u
         ST_TRY(body_rc_);                                                                          \
         ST_TRY(rel_rc_);                                                                           \
     } while (0)
+
+/* ---- activations kept at bf16 ------------------------------------------------------------------ */
+
+/* The slot's kept activation copies (block_acts_t.h16), allocated at its first bf16 forward; false
+ * at fp32 or without the memory (the products then round the activations themselves). */
+static bool slot_a16(strata_gpt_t *m, slot_t *sl)
+{
+    if (m->no_copies || strata_blas_precision() != STRATA_PREC_BF16)
+        return false;
+    if (sl->a16)
+        return true;
+    size_t N = (size_t)m->max_batch * m->cfg.max_seq, C = m->cfg.d_model;
+    size_t each[ACT_KINDS] = {N * C, m->cfg.parallel ? 0 : N * C, N * m->Cl, N * m->Fl};
+    size_t per = each[0] + each[1] + each[2] + each[3];
+    if (!(sl->a16 = malloc(per * (size_t)m->nblocks * sizeof *sl->a16)))
+        return false;
+    uint16_t *at = sl->a16;
+    for (int l = 0; l < m->nblocks; l++)
+        for (int k = 0; k < ACT_KINDS; k++) {
+            sl->ba[l].h16[k] = each[k] ? at : NULL;
+            at += each[k];
+        }
+    return true;
+}
+
+/* The activations a block holds for its products: released together (held_release). */
+typedef struct held_acts {
+    const float *x[ACT_KINDS];
+} held_acts_t;
+
+/* Holds a's activation `kind` (x, n floats) for the products: in the forward rounded into its kept
+ * copy (round), in the backward that copy read again by the weight gradient's product. */
+static void hold_act(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind, const float *x,
+                     size_t n, bool round)
+{
+    unsigned bit = 1u << kind;
+    if (round)
+        a->h16_ok &= ~bit;
+    bool column_input = kind == ACT_LN1 || kind == ACT_LN2;
+    if (!a->h16[kind] || m->no_copies || (column_input && m->shard.sp) || (!round && !(a->h16_ok & bit)) ||
+        !st_operand_hold_copy(x, n, a->h16[kind], round))
+        return;
+    if (round)
+        a->h16_ok |= bit;
+    h->x[kind] = x;
+}
+
+static void held_release(held_acts_t *h)
+{
+    for (int k = 0; k < ACT_KINDS; k++)
+        if (h->x[k])
+            st_operand_release(h->x[k]);
+}
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
@@ -168,25 +221,30 @@ static const float *mlp_input(const strata_gpt_t *m, const block_acts_t *a)
  * that block left to its reader) ln1's pass completes x in place. The block leaves res2 without
  * its residual res1 in turn, for the next norm to add: the residual add rides every norm's pass
  * (st_add_layernorm_forward). */
-static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p, float *x,
-                                     const float *xres, int B, int T)
+static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held_acts_t *h,
+                                          const float *p, float *x, const float *xres, int B,
+                                          int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
     norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
+    hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, true);
     ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
     st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, c->window);
     st_model_progress(m);
+    hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * Cl, true);
     // The parallel block's MLP reads ln1 too and adds to res1 = x + attn: no norm reads res1, so
     // it takes its residual here. Otherwise ln2's pass adds it.
     ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, ST_AT(p, o->projb),
                              c->parallel ? x : NULL, N, Cl, C));
-    if (!c->parallel)
+    if (!c->parallel) {
         norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, x, p + o->ln2w,
                      ST_AT(p, o->ln2b), R);
+        hold_act(m, a, h, ACT_LN2, a->ln2, (size_t)R * C, true);
+    }
     // GeLU with a bias: the bias rides the GeLU's pass (st_bias_gelu_forward), not the product's.
     const float *fcb = ST_AT(p, o->fcb);
     bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && fcb;
@@ -199,8 +257,19 @@ static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const flo
         st_bias_gelu_forward(a->fch, a->fch_gelu, fcb, N, Fl);
     else
         st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
+    hold_act(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * Fl, true);
     return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, ST_AT(p, o->fc2b), NULL, N, Fl,
                              C);
+}
+
+/* block_forward_held with every activation it held released, whatever the outcome. */
+static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const float *p, float *x,
+                                     const float *xres, int B, int T)
+{
+    held_acts_t h = {0};
+    strata_status_t rc = block_forward_held(m, a, &h, p, x, xres, B, T);
+    held_release(&h);
+    return rc;
 }
 
 static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p, float *x,
@@ -281,6 +350,7 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
     } else {
         memcpy(sl->encoded, input, (size_t)R * C * sizeof(float));
     }
+    slot_a16(m, sl);
     float *x = sl->encoded;
     const float *xres = NULL; // the residual x still lacks (block_forward)
     for (int l = l0; l < l1; l++) {
@@ -386,8 +456,31 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     return STRATA_OK;
 }
 
-/* The weight gradients block_backward left (split_backward). */
-static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g, int B, int T)
+/* The kept copies of a's activations held for the weight gradients' products (none kept: none
+ * held, the products round them). */
+static void hold_kept(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int B, int T)
+{
+    int N = B * T, R = st_model_rows(m, N), C = m->cfg.d_model;
+    hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, false);
+    if (!m->cfg.parallel)
+        hold_act(m, a, h, ACT_LN2, a->ln2, (size_t)R * C, false);
+    hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * m->Cl, false);
+    hold_act(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * m->Fl, false);
+}
+
+/* block_backward with the kept activations held. */
+static strata_status_t block_backward_kept(strata_gpt_t *m, block_acts_t *a, float *g,
+                                           const float *p, const float *x, int B, int T)
+{
+    held_acts_t h = {0};
+    hold_kept(m, a, &h, B, T);
+    strata_status_t rc = block_backward(m, a, g, p, x, B, T);
+    held_release(&h);
+    return rc;
+}
+
+/* block_weights' products. */
+static strata_status_t block_weights_held(strata_gpt_t *m, block_acts_t *a, float *g, int B, int T)
 {
     const block_layout_t *o = &m->bl;
     int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
@@ -399,6 +492,16 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
     st_model_progress(m);
     st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
     return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C, 3 * Cl);
+}
+
+/* The weight gradients block_backward left (split_backward), with the kept activations held. */
+static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g, int B, int T)
+{
+    held_acts_t h = {0};
+    hold_kept(m, a, &h, B, T);
+    strata_status_t rc = block_weights_held(m, a, g, B, T);
+    held_release(&h);
+    return rc;
 }
 
 static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
@@ -467,7 +570,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         strata_trace_begin("compute", nm);
         const float *x = l > l0 ? sl->ba[li - 1].res2 : sl->encoded;
         WITH_SEG(m, seg, true, PARAMS_REUSE, p,
-                 block_backward(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
+                 block_backward_kept(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
         strata_trace_end("compute", nm);
         if (ready)
             ST_TRY(grad_ready(m, seg));

@@ -3,9 +3,11 @@
  * whole model in every option set) (in float, on a scalar loss
  * L = sum(out * R) with a fixed random R), and the optimizer contracts: a range updated in pieces
  * equals the range updated at once, bit for bit (AdamW and LAMB); the LR schedule's shape; the
- * clipping factor. */
+ * clipping factor. And at bf16, the weights and activations the forward rounds and the backward
+ * reads again give the bits of products rounding every operand themselves. */
 #include "harness/st_test.h"
 #include "base/sumsq.h"
+#include "model/gpt_internal.h"
 #include "model/layers.h"
 #include "strata/model.h"
 
@@ -476,7 +478,7 @@ static void test_model_fd(void **state)
     model_fd(&all);
 }
 
-/* ---- bf16: each weight rounded once per forward ---- */
+/* ---- bf16: operands rounded once in the forward, kept for the backward ---- */
 
 /* Acquire hooks that hand out a fresh copy of the segment at every acquire, as ZeRO-3's gathers
  * do: the backward reads the forward's rounding from another buffer than the forward's. */
@@ -518,16 +520,15 @@ static float *grads_of(strata_gpt_t *m, const int32_t *tok, const int32_t *tgt)
     return g;
 }
 
-/* At bf16 the backward's products read the weights the forward rounded. A change of the parameters
- * between steps (the optimizer's), with an evaluation forward in between, is seen: the next step's
- * gradients are those of a fresh model holding the new parameters, bit for bit, and so are a
- * model's whose hooks hand out a new buffer at every acquire. */
-static void test_bf16_weights_once(void **state)
+/* At bf16 the backward's products read the weights and activations the forward rounded: the
+ * gradients are those of products rounding every operand themselves, bit for bit (every option
+ * set). A change of the parameters between steps (the optimizer's), with an evaluation forward in
+ * between, is seen: the next step's gradients are those of a fresh model holding the new
+ * parameters, bit for bit, and so are a model's whose hooks hand out a new buffer at every
+ * acquire. */
+static void bf16_copies(const strata_gpt_config_t *opts)
 {
-    (void)state;
-    strata_precision_t in_effect;
-    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
-    strata_gpt_config_t cfg = {0};
+    strata_gpt_config_t cfg = *opts;
     cfg.vocab = 32, cfg.max_seq = 6, cfg.n_layer = 2, cfg.n_head = 2, cfg.d_model = 8;
     cfg.ln_eps = 1e-5f, cfg.init_std = 0.3f;
     strata_gpt_t *a, *b, *c;
@@ -552,17 +553,32 @@ static void test_bf16_weights_once(void **state)
     float *gb = grads_of(b, tok, tgt);
     assert_memory_equal(ga, gb, P * sizeof(float));
     memcpy(strata_model_param_arena(c), pa, P * sizeof(float));
+    c->no_copies = true;
+    float *gr = grads_of(c, tok, tgt);
+    assert_memory_equal(gb, gr, P * sizeof(float));
+    c->no_copies = false;
     copy_hooks_t h = {.m = c};
     assert_true(strata_model_nsegments(c) <= 64);
     strata_param_hooks_t hooks = {&h, copy_acquire, copy_release, NULL};
     strata_model_set_hooks(c, &hooks);
     float *gc = grads_of(c, tok, tgt);
     assert_memory_equal(gb, gc, P * sizeof(float));
-    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
-    free(ga), free(gb), free(gc);
+    free(ga), free(gb), free(gc), free(gr);
     strata_model_destroy(a);
     strata_model_destroy(b);
     strata_model_destroy(c);
+}
+
+static void test_bf16_copies(void **state)
+{
+    (void)state;
+    strata_blas_set_precision(STRATA_PREC_BF16, NULL);
+    strata_gpt_config_t gpt2 = {0}, par = {.parallel = true, .window = 3}, llama = {0};
+    strata_gpt_config_llama(&llama);
+    bf16_copies(&gpt2);
+    bf16_copies(&par);
+    bf16_copies(&llama);
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
 }
 
 /* ---- optimizers ---- */
@@ -706,7 +722,7 @@ int main(void)
         cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),
-        cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_bf16_weights_once),
+        cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_bf16_copies),
         cmocka_unit_test(test_optim_pieces),
         cmocka_unit_test(test_schedule_clip), cmocka_unit_test(test_threads_bitwise),
     };
