@@ -335,14 +335,13 @@ void st_side_chain_snapshot(st_side_chain_t *c, int64_t step)
     c->job = c->k = 0;
     c->want_token = false;
     c->running = true;
-    if (c->kind == ST_SIDE_EVAL) { // the blocking evaluation's batches: this rank's rows of each
-        int rows = cfg->batch / t->dp;
-        size_t per = (size_t)rows * (size_t)cfg->seq;
+    if (c->kind == ST_SIDE_EVAL) { // the blocking evaluation's batches: this rank's rows of each,
+        // the parts its stage uses (the first chunk's tokens, the last's targets)
+        size_t per = (size_t)(cfg->batch / t->dp) * (size_t)cfg->seq;
         c->njobs = cfg->eval_batches * t->micro;
         c->batch_sum = c->total = 0;
         for (int e = 0; e < cfg->eval_batches; e++)
-            if (strata_data_batch(t->data, 1, cfg->seed, e, t->dp_rank * rows, rows, cfg->seq,
-                                  c->tokens + e * per, c->targets + e * per) < 0)
+            if (st_trainer_read_rows(t, 1, e, c->tokens + e * per, c->targets + e * per) < 0)
                 c->running = false; // validation text too short: the trainer refused it already
         return;
     }

@@ -56,7 +56,7 @@ static strata_status_t data_step(void *self)
         slot_t *sl = &d->ring[s % d->ahead];
         if (sl->step == s)
             continue;
-        ST_TRY(st_trainer_read_batch(t, s, sl->tokens, sl->targets));
+        ST_TRY(st_trainer_read_rows(t, 0, s, sl->tokens, sl->targets));
         sl->step = s;
         d->read++;
         return STRATA_OK;

@@ -90,10 +90,12 @@ strata_status_t st_trainer_write_step(strata_trainer_t *t, bool memory, bool *ag
 /* Whether this rank reads the data file: TP rank 0 of a stage that uses tokens or targets. */
 bool st_trainer_reads_data(const strata_trainer_t *t);
 
-/* Reads this data-parallel rank's rows of training step `step`, the parts its stage uses, into
- * tokens / targets (batch x seq each). Thread-safe (the loader thread's fill). */
-strata_status_t st_trainer_read_batch(const strata_trainer_t *t, int64_t step, int32_t *tokens,
-                                      int32_t *targets);
+/* Reads this data-parallel rank's rows of batch `index` of a split (0: training, the batch of step
+ * `index`; 1: validation), the parts its stage uses, into tokens / targets (batch x seq each); a
+ * middle stage of a pipeline reads nothing. No broadcast: any TP rank reads for itself.
+ * Thread-safe (the loader thread's fill). */
+strata_status_t st_trainer_read_rows(const strata_trainer_t *t, int split, int64_t index,
+                                     int32_t *tokens, int32_t *targets);
 
 /* Rows [row_begin, row_begin + rows) of training step `step` into t->tokens / t->targets, the
  * parts this stage uses: on the reading rank from the data side task's ring, else from the loader

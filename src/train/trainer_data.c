@@ -46,17 +46,20 @@ static strata_status_t read_rows(const strata_trainer_t *t, int split, int64_t i
     return STRATA_OK;
 }
 
-strata_status_t st_trainer_read_batch(const strata_trainer_t *t, int64_t step, int32_t *tokens,
-                                      int32_t *targets)
+strata_status_t st_trainer_read_rows(const strata_trainer_t *t, int split, int64_t index,
+                                     int32_t *tokens, int32_t *targets)
 {
+    bool tk, tg;
+    parts(t, &tk, &tg);
     int rows = t->cfg.batch / t->dp;
-    return read_rows(t, 0, step, t->dp_rank * rows, rows, tokens, targets);
+    return tk || tg ? read_rows(t, split, index, t->dp_rank * rows, rows, tokens, targets)
+                    : STRATA_OK;
 }
 
 /* The loader thread's fill: this rank's rows of step `index`. */
 static strata_status_t fill(void *ctx, int64_t index, int32_t *tokens, int32_t *targets)
 {
-    return st_trainer_read_batch(ctx, index, tokens, targets);
+    return st_trainer_read_rows(ctx, 0, index, tokens, targets);
 }
 
 /* TP rank 0's rows to the other ranks of its group: the parts the stage uses. */

@@ -422,11 +422,13 @@ static void test_options_llama(void **state)
 /* Side work in the bubbles (--harvest eval,sample,data,gemm) does not change the training: the
  * losses of a PP 2 run with and without it are bit-identical; the side work ran; the eval side
  * task's validation loss of its snapshot equals the blocking evaluation's at that step; the sample
- * side task generated its text. */
+ * side task generated its text; each rank read as many bytes of the data file as without it (the
+ * data and eval side tasks read only the parts of the rows its stage uses, as the step does). */
 typedef struct harvest_run {
     bool harvest;
     char path[256];    /* rank 0 writes the losses there */
     char metrics[256]; /* and its metrics there */
+    char bytes[256];   /* rank r the bytes it read of the data file to bytes.r */
 } harvest_run_t;
 
 static int run_harvest(int rank, int n, void *arg)
@@ -449,6 +451,12 @@ static int run_harvest(int rank, int n, void *arg)
     ST_RANK_CHECK_OK(strata_trainer_distribute(t, comm, &zc));
     float losses[STEPS] = {0};
     ST_RANK_CHECK_OK(strata_trainer_run(t, losses));
+    char bp[300];
+    snprintf(bp, sizeof bp, "%s.%d", h->bytes, rank);
+    FILE *b = fopen(bp, "w");
+    if (!b || fprintf(b, "%llu\n", (unsigned long long)strata_trainer_data_bytes_read(t)) < 0 ||
+        fclose(b) != 0)
+        return ST_RANK_FAIL("cannot write %s", bp);
     if (rank == 0) {
         FILE *f = fopen(h->path, "wb");
         if (!f || fwrite(losses, sizeof losses, 1, f) != 1)
@@ -507,6 +515,8 @@ static void test_harvest_identical(void **state)
         snprintf(runs[i].path, sizeof runs[i].path, "/tmp/mr_train_harvest.%d.%d", (int)getpid(), i);
         snprintf(runs[i].metrics, sizeof runs[i].metrics, "/tmp/mr_train_harvest.%d.%d.jsonl",
                  (int)getpid(), i);
+        snprintf(runs[i].bytes, sizeof runs[i].bytes, "/tmp/mr_train_harvest.%d.%d.bytes",
+                 (int)getpid(), i);
         unlink(runs[i].metrics);
         assert_int_equal(st_test_ranks(2, run_harvest, &runs[i], NULL), 0);
         FILE *f = fopen(runs[i].path, "rb");
@@ -516,6 +526,21 @@ static void test_harvest_identical(void **state)
         unlink(runs[i].path);
     }
     assert_memory_equal(got[0], got[1], 10 * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        unsigned long long b[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            char bp[300];
+            snprintf(bp, sizeof bp, "%s.%d", runs[i].bytes, r);
+            FILE *f = fopen(bp, "r");
+            assert_non_null(f);
+            assert_int_equal(fscanf(f, "%llu", &b[i]), 1);
+            fclose(f);
+            unlink(bp);
+        }
+        if (b[0] != b[1]) // the side tasks read what the step and the blocking evaluation read
+            fail_msg("rank %d read %llu bytes of the data file with --harvest, %llu without", r,
+                     b[1], b[0]);
+    }
     assert_true(metric_sum(runs[1].metrics, "harvest_s") > 0); // side work ran
     // The eval side task's pass (finished in the bubbles, or at the last step) on the snapshot of
     // step 4 or 8: the blocking evaluation's loss at that step, to the metrics' 6 decimals.

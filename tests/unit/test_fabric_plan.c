@@ -196,7 +196,7 @@ static void test_flat_patterns(void **state)
                                         STRATA_PLAN_BINOMIAL};
     for (int n = 1; n <= 11; n++) {
         const char *paths[11];
-        char names[11][16];
+        char names[11][32];
         for (int r = 0; r < n; r++) {
             snprintf(names[r], sizeof names[r], "r%d/h%d", r % 2, r);
             paths[r] = names[r];

@@ -161,6 +161,20 @@ static void test_peak(void **state)
                   strata_precision_name(in_effect), bf16);
 }
 
+/* x doubled in place: a change a stale copy would miss (doubling is exact in bf16 too). */
+static void doubled(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = 2.f * x[i];
+}
+
+/* got is exactly twice ref: the product read its changed operand anew. */
+static void expect_doubled(const float *got, const float *ref, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_float_equal(got[i], 2.f * ref[i], 0.f);
+}
+
 /* Held operands (st_operand_hold): products reading a held matrix, whole, as a block of its rows,
  * or transposed, give the bits they give without the hold; a copy the caller fills as it writes
  * does too; nested holds count; after the release a changed matrix is read anew, never the stale
@@ -214,11 +228,9 @@ static void test_held_operands(void **state)
             st_operand_release(dy);
     }
     // Released: a changed dy is rounded anew.
-    for (int i = 0; i < N * OC; i++)
-        dy[i] = 2.f * dy[i];
+    doubled(dy, (size_t)N * OC);
     st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w, C, 0.f, got[0], C);
-    for (int i = 0; i < N * C; i++)
-        assert_float_equal(got[0][i], 2.f * ref[0][i], 0.f);
+    expect_doubled(got[0], ref[0], (size_t)N * C);
     strata_blas_set_precision(STRATA_PREC_FP32, NULL);
     for (int k = 0; k < 3; k++)
         free(ref[k]), free(got[k]);
@@ -276,11 +288,9 @@ static void test_held_copy(void **state)
         if (pass && units)
             st_operand_release(arena);
     }
-    for (size_t i = 0; i < n; i++) // released: a changed arena is rounded anew
-        arena[i] = 2.f * arena[i];
+    doubled(arena, n); // released: a changed arena is rounded anew
     st_sgemm(0, 1, N, OC, C, 1.f, x, C, w1, C, 0.f, got[0], OC);
-    for (int i = 0; i < N * OC; i++)
-        assert_float_equal(got[0][i], 2.f * ref[0][i], 0.f);
+    expect_doubled(got[0], ref[0], (size_t)N * OC);
     strata_blas_set_precision(STRATA_PREC_FP32, NULL);
     for (int k = 0; k < 3; k++)
         free(ref[k]), free(got[k]);
