@@ -455,6 +455,10 @@ typedef struct strata_step_info {
     double data_wait_s; /* this rank: the time the step waited for its batch (the loader thread's
                            read not done yet, or the whole read with cfg.prefetch 0, or the TP
                            group's broadcast of it) */
+    /* distributed: the payload bytes this rank contributed to the ZeRO engine's collectives issued
+       during the step (strata_zero_stats), its parameter gathers and its gradient reductions (as
+       sent: fp32, bf16 with --grad-dtype bf16, int8 with qgZ) */
+    uint64_t zero_gather_bytes, zero_reduce_bytes;
 } strata_step_info_t;
 
 /* One whole step (phases 1-3 on the full global batch; distributed: this rank's rows through the

@@ -518,7 +518,11 @@ strata_status_t strata_trainer_step(strata_trainer_t *t, strata_step_info_t *inf
                         "distribute the trainer first (strata launch -n N -- strata train ...)");
     if (t->zero) {
         st_straggler_begin(&t->strag, t->comm);
+        strata_zero_stats_t z0 = strata_zero_stats(t->zero);
         ST_TRY(dist_step(t, &s));
+        strata_zero_stats_t z1 = strata_zero_stats(t->zero);
+        s.zero_gather_bytes = z1.bytes_sent_gather - z0.bytes_sent_gather;
+        s.zero_reduce_bytes = z1.bytes_sent_reduce - z0.bytes_sent_reduce;
     } else {
         float loss = 0;
         ST_TRY(strata_trainer_forward_backward(t, 0, t->cfg.batch, &loss));
@@ -657,6 +661,9 @@ static void write_metrics(const strata_trainer_t *t, FILE *f, const strata_step_
         fprintf(f, ",\"straggler\":%d", s->straggler);
         put_num(f, "straggler_x", s->straggler_ratio, 3, false);
     }
+    if (t->zero && !t->pool)
+        fprintf(f, ",\"zero_gather_bytes\":%" PRIu64 ",\"zero_reduce_bytes\":%" PRIu64,
+                s->zero_gather_bytes, s->zero_reduce_bytes);
     if (t->tpg) {
         put_num(f, "tp_comm_s", s->tp_flight_s, 6, false);
         put_num(f, "tp_wait_s", s->tp_wait_s, 6, false);

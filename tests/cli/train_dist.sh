@@ -5,7 +5,8 @@
 #   - with hpZ on 4 ranks (2 fake hosts of 2, STRATA_TOPO_PATH=rack0/host<r/2>), stages 1-3,
 #   - with the 3-level partition on 8 ranks (2 racks x 2 hosts x 2), stage 3,
 #   - with int8 qwZ + qgZ on 4 ranks, stage 3 (looser tolerance, below);
-#   - with bf16 gradient reductions (--grad-dtype bf16) on 2 ranks, stage 2 (below);
+#   - with bf16 gradient reductions (--grad-dtype bf16) on 2 ranks, stage 2 (below), sending half
+#     the fp32 run's bytes each step (the metrics' zero_reduce_bytes);
 # every step's loss must match the one-process run. Then resume: 2 ranks, ZeRO-3, checkpoints at 10
 # and 20; the step-20 files are removed (the job "stopped" after step 10) and --resume must reproduce
 # steps 11..20 of the uninterrupted run exactly. A corrupted shard makes --resume fall back to the
@@ -68,6 +69,17 @@ compare "8 ranks ZeRO-3 3-level" "$W/t3.jsonl" 1e-4
 compare "4 ranks ZeRO-3 qwZ+qgZ" "$W/q.jsonl" 5e-2
 "$S" launch -n 2 --no-prefix -- "$S" train "${A[@]}" --zero 2 --grad-dtype bf16 --metrics "$W/b.jsonl"
 compare "2 ranks ZeRO-2 bf16 grads" "$W/b.jsonl" 2e-3
+# The metrics' byte counters: bf16 reductions send half the fp32 run's bytes, every step; the
+# parameter gathers (fp32 either way) the same.
+zb() { grep -o "\"zero_$2_bytes\":[0-9]*" "$1" | cut -d: -f2 | tr '\n' ' '; }
+half=$(for v in $(zb "$W/n2z2.jsonl" reduce); do printf '%d ' $((v / 2)); done)
+if [ -n "$half" ] && [ "$(zb "$W/b.jsonl" reduce)" = "$half" ] &&
+   [ "$(zb "$W/b.jsonl" gather)" = "$(zb "$W/n2z2.jsonl" gather)" ] && [[ "$half" != *" 0 "* ]]; then
+    echo "bf16 grads: half the bytes     ok ($(zb "$W/b.jsonl" reduce | cut -d' ' -f1) of $(zb "$W/n2z2.jsonl" reduce | cut -d' ' -f1) a step)"
+else
+    echo "bf16 grads: half the bytes     FAIL (fp32 $(zb "$W/n2z2.jsonl" reduce); bf16 $(zb "$W/b.jsonl" reduce))"
+    fail=1
+fi
 # bf16 and int8 gradients together: refused before any rank starts training.
 if out=$("$S" train "${A[@]}" --zero 2 --qgz --grad-dtype bf16 2>&1) ||
     ! grep -q -- "--grad-dtype bf16 and --qgz" <<<"$out"; then
