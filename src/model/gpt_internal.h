@@ -115,19 +115,21 @@ static inline int st_model_rows(const strata_gpt_t *m, int N)
 int st_tp_chunks(const strata_gpt_t *m, int N);
 
 /* Column-parallel linear forward: y[N, OC] = X w^T + bias, X the whole rows of x (gathered from
- * the sequence shards under sp). */
+ * the sequence shards into m->full under sp; with `gathered` they are there already: the layer
+ * before, reading the same x, gathered them, and nothing has written m->full since, as in the
+ * parallel block, whose attention and MLP read ln1 both). */
 strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, const float *w,
-                                     const float *bias, int N, int C, int OC);
+                                     const float *bias, int N, int C, int OC, bool gathered);
 /* Its backward: dx[R, C] = the input gradient (summed over the group; written); with dw not NULL
  * also dw/dbias += (dbias may be NULL), else the weight gradient is left to st_tp_column_weight.
- * x as in forward (re-gathered under sp). */
+ * x as in forward (re-gathered under sp, unless `gathered`: the last re-gather was of x). */
 strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w, int N,
-                                      int C, int OC);
+                                      int C, int OC, bool gathered);
 /* The weight gradient of a column-parallel layer: dw += dy^T X, dbias += column sums of dy (X
- * re-gathered under sp). */
+ * re-gathered under sp, unless `gathered`). */
 strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, const float *dy,
-                                    const float *x, int N, int C, int OC);
+                                    const float *x, int N, int C, int OC, bool gathered);
 /* Row-parallel linear forward: y[R, OC] = sum over the group of a w^T (a: N x K, this rank's input
  * columns), + bias, + residual (may be NULL). */
 strata_status_t st_tp_row_forward(strata_gpt_t *m, float *y, const float *a, const float *w,

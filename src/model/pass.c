@@ -230,7 +230,8 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
     norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
     hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, true);
-    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl));
+    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl,
+                                false));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
     st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, c->window);
@@ -248,8 +249,10 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     // GeLU with a bias: the bias rides the GeLU's pass (st_bias_gelu_forward), not the product's.
     const float *fcb = ST_AT(p, o->fcb);
     bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && fcb;
+    // The parallel block's MLP reads ln1 as the attention did: under sp its rows are gathered
+    // already (the attention's and the row layer's collectives use other buffers).
     ST_TRY(st_tp_column_forward(m, a->fch, mlp_input(m, a), p + o->fcw, fused ? NULL : fcb, N, C,
-                                m->Gl));
+                                m->Gl, c->parallel));
     st_model_progress(m);
     if (c->mlp == STRATA_GPT_MLP_SWIGLU)
         st_swiglu_forward(a->fch_gelu, a->fch, N, Fl);
@@ -282,7 +285,8 @@ static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const flo
 
 static strata_status_t head_forward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
-    return st_tp_column_forward(m, sl->logits, sl->lnf, p + m->wte, NULL, N, m->cfg.d_model, m->Vl);
+    return st_tp_column_forward(m, sl->logits, sl->lnf, p + m->wte, NULL, N, m->cfg.d_model, m->Vl,
+                                false);
 }
 
 static strata_status_t check_slot(const strata_gpt_t *m, int slot)
@@ -431,7 +435,7 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     // The parallel block keeps the MLP's d(ln1) for after the attention's; else d(ln2) -> dres.
     float *dmlp = c->parallel ? m->dln : m->dbuf;
     ST_TRY(st_tp_column_backward(m, dmlp, split ? NULL : g + o->fcw, fused ? NULL : dfcb, m->dfch,
-                                 mlp_input(m, a), p + o->fcw, N, C, Gl));
+                                 mlp_input(m, a), p + o->fcw, N, C, Gl, false));
     st_model_progress(m);
     if (!c->parallel)
         norm_backward(m, m->dres, g + o->ln2w, ST_AT(g, o->ln2b), m->dbuf, a->res1, p + o->ln2w,
@@ -446,8 +450,9 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     st_model_progress(m);
     if (split)
         memcpy(a->dqkv, m->dqkv, (size_t)N * 3 * Cl * sizeof(float));
+    // The parallel block: the MLP's weight gradient above re-gathered ln1 already under sp.
     ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->qkvw, ST_AT(g, o->qkvb), m->dqkv,
-                                 a->ln1, p + o->qkvw, N, C, 3 * Cl));
+                                 a->ln1, p + o->qkvw, N, C, 3 * Cl, c->parallel));
     st_model_progress(m);
     if (c->parallel)
         st_add_inplace(m->dbuf, m->dln, (size_t)R * C);
@@ -488,10 +493,12 @@ static strata_status_t block_weights_held(strata_gpt_t *m, block_acts_t *a, floa
     // GeLU with a bias: block_backward summed its gradient already (st_gelu_bias_backward).
     float *fcb_grad = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? ST_AT(g, o->fcb) : NULL;
     ST_TRY(st_tp_column_weight(m, g + o->fcw, fcb_grad, a->dfc, mlp_input(m, a), N, C,
-                               m->Gl));
+                               m->Gl, false));
     st_model_progress(m);
     st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
-    return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C, 3 * Cl);
+    // The parallel block's ln1, re-gathered for the MLP's weight gradient above (sp).
+    return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C, 3 * Cl,
+                               m->cfg.parallel);
 }
 
 /* The weight gradients block_backward left (split_backward), with the kept activations held. */
@@ -507,7 +514,7 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
 static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
     return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[head_seg(m)] + m->wte, NULL,
-                                 sl->logits, sl->lnf, p + m->wte, N, m->cfg.d_model, m->Vl);
+                                 sl->logits, sl->lnf, p + m->wte, N, m->cfg.d_model, m->Vl, false);
 }
 
 /* head_backward between its segment's acquire and release. */

@@ -74,7 +74,7 @@ static strata_status_t gather_rows(strata_gpt_t *m, const float *x, float *full,
 /* ---- column-parallel ---------------------------------------------------------------------------- */
 
 strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, const float *w,
-                                     const float *bias, int N, int C, int OC)
+                                     const float *bias, int N, int C, int OC, bool gathered)
 {
     if (!m->shard.sp) { // x holds every row already
         st_matmul_forward(y, x, w, bias, N, C, OC);
@@ -82,7 +82,7 @@ strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, 
     }
     int K = st_tp_chunks(m, N), Nb = N / K;
     void *hs[ST_TP_MAX_CHUNKS] = {0};
-    strata_status_t rc = gather_start(m, x, m->full, N, C, hs, K);
+    strata_status_t rc = gathered ? STRATA_OK : gather_start(m, x, m->full, N, C, hs, K);
     for (int k = 0; k < K && rc == STRATA_OK; k++) {
         rc = wait_all(m, &hs[k], 1);
         if (rc == STRATA_OK)
@@ -96,7 +96,7 @@ strata_status_t st_tp_column_forward(strata_gpt_t *m, float *y, const float *x, 
 /* st_tp_column_backward's products and collectives (dy held by it at bf16). */
 static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
                                        const float *dy, const float *x, const float *w, int N,
-                                       int C, int OC)
+                                       int C, int OC, bool gathered)
 {
     if (m->shard.tp <= 1) {
         st_matmul_backward_input(dx, dy, w, N, C, OC);
@@ -109,7 +109,8 @@ static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, fl
     strata_status_t rc = STRATA_OK;
     const float *xf = x;
     if (m->shard.sp && dw) { // the input again, gathered while the input gradient computes
-        rc = gather_start(m, x, m->full, N, C, gh, K);
+        if (!gathered)
+            rc = gather_start(m, x, m->full, N, C, gh, K);
         xf = m->full;
     }
     // The input gradient block by block, each block's sum started as soon as it is computed.
@@ -133,23 +134,24 @@ static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, fl
 
 strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w, int N,
-                                      int C, int OC)
+                                      int C, int OC, bool gathered)
 {
     // dy feeds both products: rounded once at bf16 (a no-op in fp32).
     if (dw)
         st_operand_hold(dy, N, OC, OC, true);
-    strata_status_t rc = column_backward(m, dx, dw, dbias, dy, x, w, N, C, OC);
+    strata_status_t rc = column_backward(m, dx, dw, dbias, dy, x, w, N, C, OC, gathered);
     if (dw)
         st_operand_release(dy);
     return rc;
 }
 
 strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, const float *dy,
-                                    const float *x, int N, int C, int OC)
+                                    const float *x, int N, int C, int OC, bool gathered)
 {
     const float *xf = x;
     if (m->shard.sp) { // the layer's input, gathered again
-        ST_TRY(gather_rows(m, x, m->full, N, C));
+        if (!gathered)
+            ST_TRY(gather_rows(m, x, m->full, N, C));
         xf = m->full;
     }
     st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);

@@ -84,6 +84,9 @@ fi
 # 2. --resume takes the memory step (the disk's is older; had the kill come right after a disk step,
 #    the disk's would be as new and taken: checked as such), at most one step lost.
 run_until b 3 "${CK[@]}" --resume
+if [ "$(lines "$W/b.jsonl")" = 0 ]; then
+    cat "$W/b.err"; echo "--resume                          FAIL (no step logged)"; exit 1
+fi
 s=$(firststep "$W/b.jsonl")
 s=$((s - 1))
 if [ "$mem" -gt "$disk" ]; then

@@ -8,7 +8,9 @@
  *     over ranks, the cross-entropy's sums too);
  *   - its parameter arena holds its 1/tp of every cut tensor: arena size checked against the
  *     whole model's count.
- * And the refusals: tp not dividing the heads, the vocabulary, or the MLP width, named. */
+ * The parallel block under sequence parallelism gathers ln1 once for both its layers (forward and
+ * weight gradients). And the refusals: tp not dividing the heads, the vocabulary, or the MLP width,
+ * named. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 typedef struct tp_case {
     bool sp;
     int chunks;
+    bool parallel; /* the parallel block (attention and MLP both read ln1) */
 } tp_case_t;
 
 static strata_gpt_config_t small_model(void)
@@ -51,6 +54,7 @@ static int run_case(int rank, int n, void *arg)
     if (!comm)
         return ST_RANK_FAIL("no communicator");
     strata_gpt_config_t cfg = small_model();
+    cfg.parallel = tc->parallel;
     strata_tp_group_t *g = NULL;
     ST_RANK_CHECK_OK(strata_tp_group_create(comm, &g));
     strata_gpt_shard_t sh = {.tp = n, .tp_rank = rank, .sp = tc->sp, .chunks = tc->chunks,
@@ -125,9 +129,11 @@ static int run_case(int rank, int n, void *arg)
 
 static void check_cases(int n)
 {
-    tp_case_t cases[] = {{false, 1}, {false, 2}, {true, 1}, {true, 2}};
+    tp_case_t cases[] = {{false, 1, false}, {false, 2, false}, {true, 1, false},
+                         {true, 2, false},  {true, 2, true}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fprintf(stderr, "tp %d, sp %d, chunks %d\n", n, cases[i].sp, cases[i].chunks);
+        fprintf(stderr, "tp %d, sp %d, chunks %d, parallel block %d\n", n, cases[i].sp,
+                cases[i].chunks, cases[i].parallel);
         assert_int_equal(st_test_ranks(n, run_case, &cases[i], NULL), 0);
     }
 }
@@ -142,6 +148,67 @@ static void test_tp4(void **state)
 {
     (void)state;
     check_cases(4);
+}
+
+/* The TP collectives of one forward and backward of a model with sequence parallelism in K row
+ * blocks. */
+static int step_ops(strata_comm_t *comm, int rank, int n, bool parallel, bool split,
+                    uint64_t *ops)
+{
+    strata_gpt_config_t cfg = small_model();
+    cfg.parallel = parallel;
+    strata_tp_group_t *g = NULL;
+    ST_RANK_CHECK_OK(strata_tp_group_create(comm, &g));
+    strata_gpt_shard_t sh = {.tp = n, .tp_rank = rank, .sp = true, .chunks = 2,
+                             .split_backward = split, .ops = strata_tp_group_ops(g)};
+    strata_gpt_t *m = NULL;
+    ST_RANK_CHECK_OK(strata_model_create_shard(&cfg, &sh, B, 5, &m));
+    int32_t tok[B * T], tgt[B * T];
+    batch(tok, tgt, cfg.vocab);
+    float loss;
+    strata_model_zero_grads(m);
+    ST_RANK_CHECK_OK(strata_model_forward_chunk(m, 0, 0, tok, NULL, tgt, B, T, &loss));
+    ST_RANK_CHECK_OK(strata_model_backward_chunk(m, 0, NULL, 1.f));
+    if (split)
+        ST_RANK_CHECK_OK(strata_model_backward_weights(m, 0));
+    *ops = strata_tp_group_stats(g).ops;
+    strata_model_destroy(m);
+    strata_tp_group_destroy(g);
+    return 0;
+}
+
+/* Under sequence parallelism the parallel block gathers ln1 once for its attention and its MLP,
+ * and re-gathers it once for both weight gradients: two gathers of K row blocks a layer fewer
+ * than the sequential block, whose ln1 and ln2 each need theirs (its other collectives are the
+ * same), with the backward whole or split. */
+static int parallel_gathers(int rank, int n, void *arg)
+{
+    (void)arg;
+    strata_comm_t *comm = st_test_comm();
+    if (!comm)
+        return ST_RANK_FAIL("no communicator");
+    for (int split = 0; split < 2; split++) {
+        uint64_t seq = 0, par = 0;
+        int rc = step_ops(comm, rank, n, false, split, &seq);
+        if (rc == 0)
+            rc = step_ops(comm, rank, n, true, split, &par);
+        if (rc)
+            return rc;
+        uint64_t want = 2 * 2 * (uint64_t)small_model().n_layer; // 2 gathers x K = 2 x layers
+        if (seq - par != want)
+            return ST_RANK_FAIL("split %d: %llu TP collectives with the parallel block, %llu "
+                                "with the sequential one: expected %llu fewer", split,
+                                (unsigned long long)par, (unsigned long long)seq,
+                                (unsigned long long)want);
+    }
+    strata_comm_destroy(comm);
+    return 0;
+}
+
+static void test_parallel_gathers(void **state)
+{
+    (void)state;
+    assert_int_equal(st_test_ranks(2, parallel_gathers, NULL, NULL), 0);
 }
 
 static void test_refusals(void **state)
@@ -172,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_tp2),
         cmocka_unit_test(test_tp4),
+        cmocka_unit_test(test_parallel_gathers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
