@@ -10,7 +10,12 @@
  * peak; entries outside a row's keys inside the computed blocks are computed and then overwritten
  * with zeros. Only those blocks of the T x T matrix P are written: the backward's key-column pass
  * reads, for key block [c0, c1), the queries [c0, c1 - 1 + W) (to T without a window), every one of
- * whose rows has that key block inside its own computed blocks. */
+ * whose rows has that key block inside its own computed blocks.
+ *
+ * Storage of P (and of the backward's dP / dS scratch): each row keeps only its block's computed
+ * keys, in a band of st_attention_band(T, W) columns: row i's key j at i * band + j - k0, k0 the
+ * first key of i's block. Without a window the band is T and k0 0 (the full T x T rows); with one
+ * it is about W + 64 wide, so P takes T (W + 64) floats a head instead of T^2. */
 #include <math.h>
 #include <string.h>
 
@@ -37,10 +42,17 @@ static inline int block_keys(int r0, int window)
     return first_key(r0, window) / ATT_BLOCK * ATT_BLOCK;
 }
 
+int st_attention_band(int T, int window)
+{
+    // A block's keys [k0, r1) span at most W + 126 (k0 and r1 multiples of the block).
+    int band = window > 0 ? (window + 2 * ATT_BLOCK - 2) / ATT_BLOCK * ATT_BLOCK : T;
+    return band < T ? band : T;
+}
+
 typedef struct att_job {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *patt;
-    int T, C, NH, window;
+    int T, C, NH, window, band;
 } att_job_t;
 
 /* Heads [h0, h1) of the B * NH (batch row, head) pairs. */
@@ -48,7 +60,7 @@ ST_VEC_CLONES
 static void forward_heads(void *ctx, size_t h0, size_t h1)
 {
     const att_job_t *job = ctx;
-    int T = job->T, C = job->C, NH = job->NH, window = job->window;
+    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
     int hs = C / NH;
     float scale = 1.f / sqrtf((float)hs);
     int ld = 3 * C;
@@ -57,17 +69,17 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
         const float *q = job->qkv + (size_t)b * T * ld + h * hs;
         const float *k = q + C;
         const float *v = q + 2 * C;
-        float *p = job->att + ((size_t)b * NH + h) * T * T;
+        float *p = job->att + ((size_t)b * NH + h) * T * band;
         float *o = job->out + (size_t)b * T * C + h * hs;
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
             int k0 = block_keys(r0, window), keys = r1 - k0;
-            float *pb = p + (size_t)r0 * T + k0;
+            float *pb = p + (size_t)r0 * band; // the block's rows, from key k0
             // p[rows, k0:r1] = scale * q[rows, hs] k[k0:r1, hs]^T
             st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld,
-                     0.f, pb, T);
+                     0.f, pb, band);
             for (int i = r0; i < r1; i++) {
-                float *row = p + (size_t)i * T;
+                float *row = p + (size_t)i * band - k0; // row[j]: key j
                 int lo = first_key(i, window), n = i + 1 - lo;
                 float mx = st_max(row + lo, n);
                 for (int j = lo; j <= i; j++)
@@ -79,7 +91,7 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
                 memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
             }
             // out[rows, hs] (row stride C) = p[rows, k0:r1] v[k0:r1, hs]
-            st_sgemm(0, 0, rows, hs, keys, 1.f, pb, T, v + (size_t)k0 * ld, ld, 0.f,
+            st_sgemm(0, 0, rows, hs, keys, 1.f, pb, band, v + (size_t)k0 * ld, ld, 0.f,
                      o + (size_t)r0 * C, C);
         }
     }
@@ -89,8 +101,14 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                           int window)
 {
-    att_job_t j = {
-        .out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH, .window = window};
+    att_job_t j = {.out = out,
+                   .att = att,
+                   .qkv = qkv,
+                   .T = T,
+                   .C = C,
+                   .NH = NH,
+                   .window = window,
+                   .band = st_attention_band(T, window)};
     st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
 }
 
@@ -98,11 +116,11 @@ ST_VEC_CLONES
 static void backward_heads(void *ctx, size_t h0, size_t h1)
 {
     const att_job_t *job = ctx;
-    int T = job->T, C = job->C, NH = job->NH, window = job->window;
+    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
     int hs = C / NH;
     float scale = 1.f / sqrtf((float)hs);
     int ld = 3 * C;
-    float *ds = job->scratch + (size_t)st_parallel_index() * T * T; // dP, then dS in place
+    float *ds = job->scratch + (size_t)st_parallel_index() * T * band; // dP, then dS in place
     for (size_t bh = h0; bh < h1; bh++) {
         int b = (int)(bh / (size_t)NH), h = (int)(bh % (size_t)NH);
         const float *q = job->qkv + (size_t)b * T * ld + h * hs;
@@ -111,20 +129,20 @@ static void backward_heads(void *ctx, size_t h0, size_t h1)
         float *dq = job->dqkv + (size_t)b * T * ld + h * hs;
         float *dk = dq + C;
         float *dv = dq + 2 * C;
-        const float *p = job->patt + ((size_t)b * NH + h) * T * T;
+        const float *p = job->patt + ((size_t)b * NH + h) * T * band;
         const float *d = job->dout + (size_t)b * T * C + h * hs;
         // By query-row blocks: dP, the softmax backward, dq.
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
             int k0 = block_keys(r0, window), keys = r1 - k0;
-            float *db = ds + (size_t)r0 * T + k0;
+            float *db = ds + (size_t)r0 * band; // the block's rows, from key k0
             // dp[rows, k0:r1] = d[rows, hs] v[k0:r1, hs]^T
             st_sgemm(0, 1, rows, keys, hs, 1.f, d + (size_t)r0 * C, C, v + (size_t)k0 * ld, ld, 0.f,
-                     db, T);
+                     db, band);
             // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik), zero outside the row's keys
             for (int i = r0; i < r1; i++) {
-                const float *pr = p + (size_t)i * T;
-                float *dr = ds + (size_t)i * T;
+                const float *pr = p + (size_t)i * band - k0; // pr[j], dr[j]: key j
+                float *dr = ds + (size_t)i * band - k0;
                 int lo = first_key(i, window);
                 float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
                 for (int j = lo; j <= i; j++)
@@ -133,21 +151,30 @@ static void backward_heads(void *ctx, size_t h0, size_t h1)
                 memset(dr + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
             }
             // dq[rows, hs] = scale * ds[rows, k0:r1] k[k0:r1, hs]
-            st_sgemm(0, 0, rows, hs, keys, scale, db, T, k + (size_t)k0 * ld, ld, 0.f,
+            st_sgemm(0, 0, rows, hs, keys, scale, db, band, k + (size_t)k0 * ld, ld, 0.f,
                      dq + (size_t)r0 * ld, ld);
         }
         // By key-column blocks: keys [c0, c1) are attended by queries [c0, c1 - 1 + W) only
-        // ([c0, T) without a window).
+        // ([c0, T) without a window). Those rows go by runs of row blocks that share their first
+        // stored key (all of them without a window): a run's columns c0..c1 are one strided block
+        // of the band, so each run is one product per gradient, the runs added in row order.
         for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
             int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
-            int n = (window > 0 ? min_int(T, c1 - 1 + window) : T) - c0;
-            size_t at = (size_t)c0 * T + c0;
-            // dv[cols, hs] = p[n, cols]^T d[n, hs]
-            st_sgemm(1, 0, cols, hs, n, 1.f, p + at, T, d + (size_t)c0 * C, C, 0.f,
-                     dv + (size_t)c0 * ld, ld);
-            // dk[cols, hs] = scale * ds[n, cols]^T q[n, hs]
-            st_sgemm(1, 0, cols, hs, n, scale, ds + at, T, q + (size_t)c0 * ld, ld, 0.f,
-                     dk + (size_t)c0 * ld, ld);
+            int end = window > 0 ? min_int(T, c1 - 1 + window) : T;
+            float beta = 0.f;
+            for (int r0 = c0, r1; r0 < end; r0 = r1) {
+                int k0 = block_keys(r0, window);
+                for (r1 = min_int(r0 + ATT_BLOCK, end); r1 < end && block_keys(r1, window) == k0;)
+                    r1 = min_int(r1 + ATT_BLOCK, end);
+                size_t at = (size_t)r0 * band + (size_t)(c0 - k0);
+                // dv[cols, hs] += p[r0:r1, cols]^T d[r0:r1, hs]
+                st_sgemm(1, 0, cols, hs, r1 - r0, 1.f, p + at, band, d + (size_t)r0 * C, C, beta,
+                         dv + (size_t)c0 * ld, ld);
+                // dk[cols, hs] += scale * ds[r0:r1, cols]^T q[r0:r1, hs]
+                st_sgemm(1, 0, cols, hs, r1 - r0, scale, ds + at, band, q + (size_t)r0 * ld, ld,
+                         beta, dk + (size_t)c0 * ld, ld);
+                beta = 1.f;
+            }
         }
     }
 }
@@ -164,7 +191,8 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
                    .T = T,
                    .C = C,
                    .NH = NH,
-                   .window = window};
+                   .window = window,
+                   .band = st_attention_band(T, window)};
     size_t pairs = (size_t)B * NH, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
     st_parallel_products(pairs, per, backward_heads, &j);
 }

@@ -424,7 +424,7 @@ static strata_status_t set_chunks(strata_gpt_t *m)
 static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size_t N, size_t R)
 {
     size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, Gl = m->Gl, T = m->cfg.max_seq;
-    size_t att = (size_t)m->max_batch * m->NHl * T * T;
+    size_t att = (size_t)m->max_batch * m->NHl * T * st_attention_band((int)T, m->cfg.window);
     bool split = m->shard.split_backward, ln2 = !m->cfg.parallel;
 #define TAKE(n) (*at += (n), base ? base + *at - (n) : NULL)
     sl->encoded = TAKE(R * C);
@@ -475,7 +475,7 @@ static void take_scratch(strata_gpt_t *m, float *base, size_t *at, size_t N, siz
     m->dln = m->cfg.parallel ? TAKE(R * C) : NULL;
     if (!m->nscratch) // one attention scratch per thread (this sizing pass and the allocating one)
         m->nscratch = st_parallel_threads();
-    m->dscratch = TAKE(T * T * (size_t)m->nscratch);
+    m->dscratch = TAKE(T * (size_t)st_attention_band((int)T, m->cfg.window) * m->nscratch);
     m->rope_cos = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
     m->rope_sin = m->cfg.pos == STRATA_GPT_POS_ROPE ? TAKE(T * hs / 2) : NULL;
     if (m->shard.tp > 1) {

@@ -353,13 +353,14 @@ static void expect_near(const char *what, int T, const float *got, const float *
 static void check_attention(int B, int T, int C, int NH, int W)
 {
     size_t nq = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
-    at_t a = {rnd(nq, 1), zeros((size_t)B * NH * T * T), B, T, C, NH, W};
-    float *out = zeros(nout), *R = rnd(nout, 1), *dqkv = zeros(nq), *scratch = zeros((size_t)T * T);
+    size_t band = (size_t)st_attention_band(T, W), natt = (size_t)B * NH * T * band;
+    at_t a = {rnd(nq, 1), zeros(natt), B, T, C, NH, W}; // exactly the band: ASan sees past it
+    float *out = zeros(nout), *R = rnd(nout, 1), *dqkv = zeros(nq), *scratch = zeros(T * band);
     float *ref = zeros(nout), *dref = zeros(nq);
     // The kernels read only the blocks they write: poison the rest of att and the scratch.
-    for (size_t i = 0; i < (size_t)B * NH * T * T; i++)
+    for (size_t i = 0; i < natt; i++)
         a.att[i] = NAN;
-    for (size_t i = 0; i < (size_t)T * T; i++)
+    for (size_t i = 0; i < T * band; i++)
         scratch[i] = NAN;
     at_fwd(&a, out);
     st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, B, T, C, NH, W);
@@ -385,6 +386,33 @@ static void test_attention(void **state)
     check_attention(1, 200, 8, 2, 70);
     check_attention(1, 133, 8, 2, 1);
     check_attention(1, 20, 8, 2, 64);
+    // With a window each query row keeps its block's keys only: W + 64 columns at most, rounded
+    // to the block (T at most, and without a window).
+    assert_int_equal(st_attention_band(4096, 512), 576);
+    assert_int_equal(st_attention_band(200, 10), 128);
+    assert_int_equal(st_attention_band(133, 1), 64);
+    assert_int_equal(st_attention_band(20, 64), 20);
+    assert_int_equal(st_attention_band(4096, 0), 4096);
+}
+
+/* A model with a sliding window keeps each head's probabilities in the band: its activation slot
+ * is smaller than the full-attention model's by T (T - band) floats per head and block. */
+static void test_window_memory(void **state)
+{
+    (void)state;
+    strata_gpt_config_t cfg = {0};
+    cfg.vocab = 32, cfg.max_seq = 1024, cfg.n_layer = 2, cfg.n_head = 2, cfg.d_model = 16;
+    cfg.ln_eps = 1e-5f, cfg.init_std = 0.02f;
+    strata_gpt_t *full, *swa;
+    assert_int_equal(strata_model_create(&cfg, 1, 7, &full), STRATA_OK);
+    cfg.window = 128;
+    assert_int_equal(strata_model_create(&cfg, 1, 7, &swa), STRATA_OK);
+    size_t T = 1024, band = (size_t)st_attention_band(1024, 128);
+    assert_int_equal(band, 192);
+    assert_int_equal(strata_model_slot_floats(full) - strata_model_slot_floats(swa),
+                     2 * 2 * T * (T - band));
+    strata_model_destroy(full);
+    strata_model_destroy(swa);
 }
 
 /* ---- encoder ---- */
@@ -720,7 +748,7 @@ int main(void)
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_gelu),      cmocka_unit_test(test_bias_gelu),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_window_memory),
         cmocka_unit_test(test_encoder),   cmocka_unit_test(test_xent),
         cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_bf16_copies),
         cmocka_unit_test(test_optim_pieces),
