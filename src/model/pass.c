@@ -138,8 +138,9 @@ static void hold_act(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind,
     unsigned bit = 1u << kind;
     if (round)
         a->h16_ok &= ~bit;
-    bool column_input = kind == ACT_LN1 || kind == ACT_LN2;
-    if (!a->h16[kind] || m->no_copies || (column_input && m->shard.sp) || (!round && !(a->h16_ok & bit)) ||
+    bool column_input = kind == ACT_LN1 || kind == ACT_LN2; // read gathered under sp instead
+    bool kept = round || (a->h16_ok & bit);
+    if (!a->h16[kind] || m->no_copies || (column_input && m->shard.sp) || !kept ||
         !st_operand_hold_copy(x, n, a->h16[kind], round))
         return;
     if (round)
