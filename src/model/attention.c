@@ -55,6 +55,17 @@ typedef struct att_job {
     int T, C, NH, window, band;
 } att_job_t;
 
+/* A job's shape: qkv's heads and the band their probabilities keep. */
+static att_job_t att_job(const float *qkv, int T, int C, int NH, int window)
+{
+    return (att_job_t){.qkv = qkv,
+                       .T = T,
+                       .C = C,
+                       .NH = NH,
+                       .window = window,
+                       .band = st_attention_band(T, window)};
+}
+
 /* Heads [h0, h1) of the B * NH (batch row, head) pairs. */
 ST_VEC_CLONES
 static void forward_heads(void *ctx, size_t h0, size_t h1)
@@ -101,14 +112,9 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                           int window)
 {
-    att_job_t j = {.out = out,
-                   .att = att,
-                   .qkv = qkv,
-                   .T = T,
-                   .C = C,
-                   .NH = NH,
-                   .window = window,
-                   .band = st_attention_band(T, window)};
+    att_job_t j = att_job(qkv, T, C, NH, window);
+    j.out = out;
+    j.att = att;
     st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
 }
 
@@ -183,16 +189,11 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
                            const float *qkv, const float *att, int B, int T, int C, int NH,
                            int window)
 {
-    att_job_t j = {.dqkv = dqkv,
-                   .scratch = scratch,
-                   .qkv = qkv,
-                   .dout = dout,
-                   .patt = att,
-                   .T = T,
-                   .C = C,
-                   .NH = NH,
-                   .window = window,
-                   .band = st_attention_band(T, window)};
+    att_job_t j = att_job(qkv, T, C, NH, window);
+    j.dqkv = dqkv;
+    j.scratch = scratch;
+    j.dout = dout;
+    j.patt = att;
     size_t pairs = (size_t)B * NH, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
     st_parallel_products(pairs, per, backward_heads, &j);
 }
