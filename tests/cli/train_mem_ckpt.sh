@@ -25,7 +25,9 @@ fail=0
 
 lines() { if [ -f "$1" ]; then grep -c '^{"step"' "$1" || true; else echo 0; fi; }
 laststep() { grep '^{"step"' "$1" | tail -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
-firststep() { grep '^{"step"' "$1" | head -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
+# grep -m 1, not grep | head -n 1: under pipefail, head leaving early kills grep with SIGPIPE once
+# the log outgrows a pipe write, and set -e then ends the test without a word.
+firststep() { grep -m 1 '^{"step"' "$1" | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
 key() { grep '^{"step"' "$1" | sed -E 's/("grad_norm":[^,]*).*/\1/'; }
 newest() { ls "$1" | sed -nE 's/^ckpt_0*([0-9]+)\.manifest\.json$/\1/p' | sort -n | tail -n 1; }
 

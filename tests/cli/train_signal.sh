@@ -45,7 +45,7 @@ run_until() {
 
 # The step lines of a metrics file (a resumed run's also holds a "resumed_from" event).
 laststep() { grep '^{"step"' "$1" | tail -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
-firststep() { grep '^{"step"' "$1" | head -n 1 | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
+firststep() { grep -m 1 '^{"step"' "$1" | sed -E 's/^\{"step":([0-9]+).*/\1/'; }
 key() { grep '^{"step"' "$1" | sed -E 's/("grad_norm":[^,]*).*/\1/'; }
 
 # 1. Stopped by SIGTERM: a final checkpoint of the last step logged.
