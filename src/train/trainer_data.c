@@ -111,10 +111,10 @@ strata_status_t st_trainer_batch(strata_trainer_t *t, int64_t step, int row_begi
 
 strata_status_t st_trainer_val_batch(strata_trainer_t *t, int64_t index)
 {
-    int rows = t->cfg.batch / t->dp;
-    if (st_trainer_reads_data(t))
-        ST_TRY(read_rows(t, 1, index, t->dp_rank * rows, rows, t->tokens, t->targets));
-    return tp_share(t, rows);
+    // TP rank 0 reads (nothing on a pipeline's middle stage), the group's others receive.
+    if (t->tp_rank == 0)
+        ST_TRY(st_trainer_read_rows(t, 1, index, t->tokens, t->targets));
+    return tp_share(t, t->cfg.batch / t->dp);
 }
 
 void st_trainer_data_stop(strata_trainer_t *t)
