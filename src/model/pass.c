@@ -112,7 +112,9 @@ static bool slot_a16(strata_gpt_t *m, slot_t *sl)
     if (sl->a16)
         return true;
     size_t N = (size_t)m->max_batch * m->cfg.max_seq, C = m->cfg.d_model;
-    size_t each[ACT_KINDS] = {N * C, m->cfg.parallel ? 0 : N * C, N * m->Cl, N * m->Fl};
+    // Under sp the column layers read ln1's and ln2's gathered rows, never these: none kept.
+    size_t ln = m->shard.sp ? 0 : N * C;
+    size_t each[ACT_KINDS] = {ln, m->cfg.parallel ? 0 : ln, N * m->Cl, N * m->Fl};
     size_t per = each[0] + each[1] + each[2] + each[3];
     if (!(sl->a16 = malloc(per * (size_t)m->nblocks * sizeof *sl->a16)))
         return false;
@@ -138,9 +140,8 @@ static void hold_act(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind,
     unsigned bit = 1u << kind;
     if (round)
         a->h16_ok &= ~bit;
-    bool column_input = kind == ACT_LN1 || kind == ACT_LN2; // read gathered under sp instead
     bool kept = round || (a->h16_ok & bit);
-    if (!a->h16[kind] || m->no_copies || (column_input && m->shard.sp) || !kept ||
+    if (!a->h16[kind] || m->no_copies || !kept ||
         !st_operand_hold_copy(x, n, a->h16[kind], round))
         return;
     if (round)
@@ -468,8 +469,7 @@ static void hold_kept(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int B, i
 {
     int N = B * T, R = st_model_rows(m, N), C = m->cfg.d_model;
     hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, false);
-    if (!m->cfg.parallel)
-        hold_act(m, a, h, ACT_LN2, a->ln2, (size_t)R * C, false);
+    hold_act(m, a, h, ACT_LN2, a->ln2, (size_t)R * C, false); // none kept in the parallel block
     hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * m->Cl, false);
     hold_act(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * m->Fl, false);
 }
