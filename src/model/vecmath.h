@@ -1,6 +1,6 @@
 /* Vectorisable building blocks for the model's elementwise and row-wise loops (GELU, softmax,
- * LayerNorm, cross-entropy, the optimizers), and the attribute that compiles those loops for AVX2
- * as well as for the x86-64 baseline. Internal to the model part.
+ * LayerNorm, cross-entropy, the optimizers), and the attribute that compiles those loops for
+ * AVX-512 and AVX2 as well as for the x86-64 baseline. Internal to the model part.
  *
  * Why this exists: the default build targets plain x86-64 (SSE2) because CI may run elsewhere, and
  * without -ffast-math GCC neither calls a vector exp nor splits a float reduction (sum, max) into
@@ -8,9 +8,10 @@
  *  - st_exp is exp in plain arithmetic, which the compiler vectorises;
  *  - st_sum / st_max / st_dot reduce with ST_LANES fixed lanes, combined in a fixed order, so the
  *    result is the same whichever clone runs (and the loops vectorise without reassociation);
- *  - ST_VEC_CLONES makes GCC emit an AVX2 clone of a hot function next to the baseline one and pick
- *    at load time (target_clones, an ifunc). ISO C mode (-std=c11) implies -ffp-contract=off,
- *    so the AVX2 clone does not fuse multiply-adds: both clones compute bit-identical values. */
+ *  - ST_VEC_CLONES makes GCC emit AVX-512 and AVX2 clones of a hot function next to the baseline
+ *    one and pick at load time (target_clones, an ifunc); the AVX-512 clone runs twice the lanes
+ *    of the AVX2 one where the core has the full-width units. ISO C mode (-std=c11) implies
+ *    -ffp-contract=off, so no clone fuses multiply-adds: all compute bit-identical values. */
 #ifndef ST_MODEL_VECMATH_H
 #define ST_MODEL_VECMATH_H
 
@@ -21,7 +22,7 @@
  * ifunc resolvers, which then crash before main. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) &&      \
     !defined(__SANITIZE_THREAD__)
-#define ST_VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#define ST_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ST_VEC_CLONES
 #endif
