@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/bf16.h"
@@ -57,6 +58,7 @@ typedef struct held {
 } held_t;
 
 typedef struct gemm_cache {
+    pid_t pid; /* the process whose products made the primitives */
     dnnl_stream_t stream;
     uint64_t tick;
     prim_t slot[CACHE_SLOTS];
@@ -127,6 +129,14 @@ static gemm_cache_t *cache(void)
         return NULL;
     bool omp_ok = st_omp_guard(); // oneDNN's threads are OpenMP's
     gemm_cache_t *g = pthread_getspecific(cache_key);
+    if (g && g->pid != getpid()) {
+        // A forked child inherits the parent's primitives, made for the parent's thread count: run
+        // here, one would start a team of OpenMP threads the child does not have and wait for
+        // them forever. The child makes its own.
+        for (int i = 0; i < CACHE_SLOTS; i++)
+            prim_free(&g->slot[i]);
+        g->pid = getpid();
+    }
     if (g)
         return g;
     if (!omp_ok) // a forked child, or TSan: this thread's products keep to one thread
@@ -134,6 +144,7 @@ static gemm_cache_t *cache(void)
     g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
+    g->pid = getpid();
     if (dnnl_stream_create(&g->stream, engine, dnnl_stream_default_flags) != dnnl_success ||
         pthread_setspecific(cache_key, g) != 0) {
         cache_free(g);
