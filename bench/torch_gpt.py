@@ -44,21 +44,34 @@ class Attn(nn.Module):
         super().__init__()
         bias = cfg.get("bias", True)
         self.C, self.NH = C, NH
+        self.NKV = cfg.get("n_kv_head") or NH  # grouped-query attention: k/v heads
         self.window = cfg.get("window", 0)
         self.rope = cfg.get("pos", "learned") == "rope"
         self.theta = cfg.get("rope_theta") or 10000.0
-        self.qkv = nn.Linear(C, 3 * C, bias=bias)
+        KV = C // NH * self.NKV
+        if self.NKV == NH:
+            self.qkv = nn.Linear(C, 3 * C, bias=bias)
+        else:  # q, and k | v
+            self.q = nn.Linear(C, C, bias=bias)
+            self.kv = nn.Linear(C, 2 * KV, bias=bias)
         self.proj = nn.Linear(C, C, bias=bias)
 
     def forward(self, x):
         B, T, C = x.shape
         hs = C // self.NH
-        q, k, v = self.qkv(x).split(C, dim=2)
+        if self.NKV == self.NH:
+            q, k, v = self.qkv(x).split(C, dim=2)
+        else:
+            q = self.q(x)
+            k, v = self.kv(x).split(hs * self.NKV, dim=2)
         q = q.view(B, T, self.NH, hs).transpose(1, 2)
-        k = k.view(B, T, self.NH, hs).transpose(1, 2)
-        v = v.view(B, T, self.NH, hs).transpose(1, 2)
+        k = k.view(B, T, self.NKV, hs).transpose(1, 2)
+        v = v.view(B, T, self.NKV, hs).transpose(1, 2)
         if self.rope:
             q, k = rope(q, self.theta), rope(k, self.theta)
+        if self.NKV != self.NH:  # each k/v head serves NH / NKV consecutive query heads
+            k = k.repeat_interleave(self.NH // self.NKV, dim=1)
+            v = v.repeat_interleave(self.NH // self.NKV, dim=1)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         if self.window > 0:  # keys (t - window, t] only
@@ -112,7 +125,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """cfg: dict with vocab, max_seq, n_layer, n_head, d_model, d_ff (0 = 4C), ln_eps, init_std, and
     the options of strata_gpt_config_t: parallel, window, norm (layernorm|rmsnorm), mlp
-    (gelu|swiglu), pos (learned|rope), bias, rope_theta (strata's defaults when absent)."""
+    (gelu|swiglu), pos (learned|rope), bias, rope_theta, n_kv_head, tied (strata's defaults when
+    absent)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -125,6 +139,9 @@ class GPT(nn.Module):
             self.wpe = nn.Parameter(torch.randn(T, C) * std)
         self.h = nn.ModuleList([Block(cfg, C, cfg["n_head"], Fd) for _ in range(cfg["n_layer"])])
         self.lnf = norm(cfg, C)
+        self.tied = cfg.get("tied", True)
+        if not self.tied:
+            self.lm_head = nn.Linear(C, V, bias=False)
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -139,7 +156,7 @@ class GPT(nn.Module):
             x = x + self.wpe[:T]
         for blk in self.h:
             x = blk(x)
-        logits = self.lnf(x) @ self.wte.t()
+        logits = self.lnf(x) @ (self.wte if self.tied else self.lm_head.weight).t()
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))

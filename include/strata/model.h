@@ -4,8 +4,8 @@
  * Architecture (GPT-2): byte tokens (vocab 256 by default) -> token + learned position embedding ->
  * L pre-norm blocks [x += proj(attn(LN1(x))); x += fc2(gelu(fc1(LN2(x))))] -> final LayerNorm ->
  * logits through the tied token embedding -> mean cross-entropy. Options (strata_gpt_config_t):
- * the parallel block, sliding-window attention, and the Llama shape (RMSNorm, SwiGLU, RoPE, no
- * biases), each alone or together. Linear weights use PyTorch's
+ * the parallel block, sliding-window attention, grouped-query attention, an untied head, and the
+ * Llama shape (RMSNorm, SwiGLU, RoPE, no biases, untied), each alone or together. Linear weights use PyTorch's
  * nn.Linear layout (out_features x in_features), so a checkpoint loads into the peer model in
  * bench/torch_gpt.py by name.
  *
@@ -18,8 +18,8 @@
  * S = L + 2 segments: 0 = embeddings (wte, wpe), 1..L = block 1..L, S-1 = final norm. A tensor never
  * straddles two segments. A pipeline chunk (layers [begin, end) of the model, see "pipeline chunks"
  * below) has the segments of what it holds, in the same order: the embeddings when begin is 0, its
- * blocks, the final norm when end is L (with its own copy of wte for the tied head when it does not
- * hold the embeddings).
+ * blocks, the final norm when end is L (with the untied head's lm_head.weight, or its own copy of
+ * wte for the tied head when it does not hold the embeddings).
  *
  * The planner (plan.h) already owns the names strata_model_t / strata_model_load / strata_model_params
  * for its model *description*; the trainable model object here is therefore strata_gpt_t, while its
@@ -80,9 +80,14 @@ typedef struct strata_gpt_config {
     strata_gpt_pos_t pos;
     bool no_bias;     /* linear layers without biases (qkv, proj, MLP) */
     float rope_theta; /* RoPE base; 0 means 10000 */
+    int n_kv_head;    /* grouped-query attention: k/v heads, each read by n_head / n_kv_head query
+                         heads (it must divide n_head); 0 means n_head (multi-head attention) */
+    bool untied;      /* the head has its own weight, lm_head.weight [vocab, d_model], instead of
+                         reading the embedding wte */
 } strata_gpt_config_t;
 
-/* The Llama shape on top of *cfg: RMSNorm, SwiGLU, RoPE, no biases. */
+/* The Llama shape on top of *cfg: RMSNorm, SwiGLU, RoPE, no biases, an untied head (the k/v heads,
+ * n_kv_head, are a size, left as they are). */
 STRATA_API void strata_gpt_config_llama(strata_gpt_config_t *cfg);
 
 /* Sets a named choice from its text: key "norm" (layernorm, rmsnorm), "mlp" (gelu, swiglu) or "pos"
@@ -113,7 +118,8 @@ STRATA_API size_t strata_gpt_config_nparams(const strata_gpt_config_t *cfg);
 typedef struct strata_gpt strata_gpt_t;
 
 /* One parameter tensor in the arena. Names follow PyTorch's state_dict of bench/torch_gpt.py:
- * "wte", "wpe", "h.3.ln1.weight", "h.3.attn.qkv.weight", ..., "lnf.bias". */
+ * "wte", "wpe", "h.3.ln1.weight", "h.3.attn.qkv.weight" (under grouped-query attention
+ * "h.3.attn.q.weight" and "h.3.attn.kv.weight", k | v), ..., "lnf.bias", "lm_head.weight" (untied). */
 typedef struct strata_tensor_info {
     const char *name;
     int ndim;
@@ -125,7 +131,7 @@ typedef struct strata_tensor_info {
     /* Tensor parallelism: how this rank's part is cut from the whole tensor (see "tensor
      * parallelism" below). split_dim -1: replicated, the whole tensor on every TP rank. 0 or 1:
      * along that dimension, viewed as split_groups equal blocks each cut in tp equal parts, of which
-     * the rank holds part tp_rank of every block (qkv: 3 blocks q | k | v, cut by heads). */
+     * the rank holds part tp_rank of every block (qkv: 3 blocks q | k | v, cut by heads; kv: 2). */
     int split_dim;
     int split_groups;
     int64_t full_shape[2]; /* the whole tensor */
@@ -143,6 +149,10 @@ typedef struct strata_tensor_info {
  *                            sum of exps and the target logit over the group (the full logits are
  *                            never gathered)
  *   attn.qkv (3C x C), bias  column-parallel by heads: heads [r NH/tp, (r+1) NH/tp) of q, k and v
+ *   attn.q, attn.kv          grouped-query attention: q's heads as above, and k/v heads
+ *                            [r NKV/tp, (r+1) NKV/tp) of k and of v (their query heads' group);
+ *                            the rank's q, k and v rows lie one after the other: one product
+ *   lm_head (vocab x C)      the untied head: vocabulary-parallel as wte
  *   attn.proj (C x C)        row-parallel: input columns of those heads; its bias replicated
  *   mlp.fc (F x C), bias     column-parallel: rows [r F/tp, (r+1) F/tp)
  *   mlp.proj (C x F)         row-parallel: input columns [r F/tp, ...); its bias replicated
@@ -204,8 +214,8 @@ typedef struct strata_gpt_shard {
 /* The whole model: tp 1. */
 STRATA_API strata_gpt_shard_t strata_gpt_shard_none(void);
 
-/* Checks that a configuration can be cut tp ways: n_head, vocab and d_ff divisible by tp (names the
- * constraint that fails). Errors: STRATA_ERR_INVALID_ARG. */
+/* Checks that a configuration can be cut tp ways: n_head, n_kv_head, vocab and d_ff divisible by tp
+ * (names the constraint that fails). Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status_t strata_gpt_config_check_tp(const strata_gpt_config_t *cfg, int tp);
 
 /* As strata_model_create, for this rank's part of a TP group. The parameters are this rank's part of
@@ -262,6 +272,10 @@ STRATA_API float *strata_model_grad_arena(strata_gpt_t *m);
 /* Segments in forward order (see the file comment). */
 STRATA_API int strata_model_nsegments(const strata_gpt_t *m);
 STRATA_API void strata_model_segment(const strata_gpt_t *m, int seg, size_t *offset, size_t *count);
+/* The segment the head's weight lies in, which the forward acquires again after the last one and
+ * the backward first: 0 for a tied head on a model holding the embeddings (wte), the final
+ * segment for an untied head (lm_head.weight) or a tied head's copy of wte; -1 without a head. */
+STRATA_API int strata_model_head_segment(const strata_gpt_t *m);
 
 /* The tensor table, in arena order; NULL when i is out of range. */
 STRATA_API int strata_model_ntensors(const strata_gpt_t *m);
@@ -274,9 +288,9 @@ typedef struct strata_param_hooks {
     void *ctx;
     /* Before the model reads segment `seg`'s parameters. Returns in *params the full parameters of
      * the segment (count floats, same layout as the arena slice) to read until release. Forward
-     * acquires 0, 1, ..., S-1 and then 0 again for the tied head (backward = false); backward
-     * acquires 0 (head), S-1, S-2, ..., 1, 0 (backward = true). Every acquire is paired with a
-     * release. */
+     * acquires 0, 1, ..., S-1 and then H again for the head (backward = false); backward acquires
+     * H (head), S-1, S-2, ..., 1, 0 (backward = true), H = strata_model_head_segment (0 for the
+     * tied head, S-1 for the untied one). Every acquire is paired with a release. */
     strata_status_t (*acquire)(void *ctx, int seg, bool backward, const float **params);
     strata_status_t (*release)(void *ctx, int seg, bool backward);
     /* Called exactly once per backward pass per segment, as soon as that segment's gradients in

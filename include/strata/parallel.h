@@ -76,6 +76,10 @@ typedef struct strata_zero_config {
                              (2-3). Master weights, optimizer, gradient norm and parameter gathers
                              stay fp32. Not with quant_grads (int8 already) */
     bool prefetch;        /* stage 3: gather the next segment while the current one computes */
+    int head_segment;     /* the segment the model's head acquires after the last one and first in
+                             the backward (strata_model_head_segment: 0 for a tied head, S-1 for
+                             an untied one): the order stage 3 prefetches in and keeps a
+                             gathered segment for */
 } strata_zero_config_t;
 
 /* Stage 0, no tiers, no quantisation, fp32 gradients, prefetch on, bucket from the knob; segments

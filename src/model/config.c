@@ -19,6 +19,7 @@ void strata_gpt_config_llama(strata_gpt_config_t *c)
     c->mlp = STRATA_GPT_MLP_SWIGLU;
     c->pos = STRATA_GPT_POS_ROPE;
     c->no_bias = true;
+    c->untied = true;
 }
 
 strata_status_t strata_gpt_config_set_choice(strata_gpt_config_t *c, const char *key,
@@ -58,11 +59,13 @@ int strata_gpt_config_to_json(const strata_gpt_config_t *c, char *buf, size_t si
                      "{\"vocab\":%d,\"max_seq\":%d,\"n_layer\":%d,\"n_head\":%d,\"d_model\":%d,"
                      "\"d_ff\":%d,\"ln_eps\":%.9g,\"init_std\":%.9g,\"parallel\":%s,\"window\":%d,"
                      "\"norm\":\"%s\",\"mlp\":\"%s\",\"pos\":\"%s\",\"bias\":%s,"
-                     "\"rope_theta\":%.9g}",
+                     "\"rope_theta\":%.9g,\"n_kv_head\":%d,\"tied\":%s}",
                      c->vocab, c->max_seq, c->n_layer, c->n_head, c->d_model, c->d_ff,
                      (double)c->ln_eps, (double)c->init_std, c->parallel ? "true" : "false",
                      c->window, choice_name(norm_names, c->norm),
-                     choice_name(mlp_names, c->mlp), choice_name(pos_names, c->pos), c->no_bias ? "false" : "true", (double)c->rope_theta);
+                     choice_name(mlp_names, c->mlp), choice_name(pos_names, c->pos),
+                     c->no_bias ? "false" : "true", (double)c->rope_theta, c->n_kv_head,
+                     c->untied ? "false" : "true");
     return (n < 0 || (size_t)n >= size) ? -1 : n;
 }
 
@@ -75,14 +78,14 @@ strata_status_t strata_gpt_config_from_json(const char *text, const char *origin
     static const char *const known[] = {"vocab",  "max_seq",  "n_layer", "n_head", "d_model",
                                         "d_ff",   "ln_eps",   "init_std", "parallel", "window",
                                         "norm",   "mlp",      "pos",     "bias",   "rope_theta",
-                                        NULL};
+                                        "n_kv_head", "tied",  NULL};
     static const char *const choices[] = {"norm", "mlp", "pos"};
     if (!json_object_is_type(doc.root, json_type_object)) {
         rc = st_error(STRATA_ERR_PARSE, "%s:1: expected a JSON object for the model", origin);
         goto out;
     }
     double eps = c->ln_eps, std = c->init_std, theta = c->rope_theta;
-    bool bias = !c->no_bias;
+    bool bias = !c->no_bias, tied = !c->untied;
     ST_TRY_GOTO(st_json_check_keys(&doc, doc.root, "model", known), rc, out);
     ST_TRY_GOTO(st_json_get_int(&doc, doc.root, "vocab", 0, false, 2, 1 << 24, &c->vocab), rc, out);
     ST_TRY_GOTO(st_json_get_int(&doc, doc.root, "max_seq", 0, false, 1, 65536, &c->max_seq), rc, out);
@@ -95,6 +98,9 @@ strata_status_t strata_gpt_config_from_json(const char *text, const char *origin
     ST_TRY_GOTO(st_json_get_bool(&doc, doc.root, "parallel", 0, false, &c->parallel), rc, out);
     ST_TRY_GOTO(st_json_get_int(&doc, doc.root, "window", 0, false, 0, 65536, &c->window), rc, out);
     ST_TRY_GOTO(st_json_get_bool(&doc, doc.root, "bias", 0, false, &bias), rc, out);
+    ST_TRY_GOTO(st_json_get_int(&doc, doc.root, "n_kv_head", 0, false, 0, 65536, &c->n_kv_head), rc,
+                out);
+    ST_TRY_GOTO(st_json_get_bool(&doc, doc.root, "tied", 0, false, &tied), rc, out);
     ST_TRY_GOTO(st_json_get_double(&doc, doc.root, "rope_theta", 0, false, 0, 1e12, &theta), rc,
                 out);
     for (int i = 0; i < 3; i++) {
@@ -110,6 +116,7 @@ strata_status_t strata_gpt_config_from_json(const char *text, const char *origin
     c->init_std = (float)std;
     c->rope_theta = (float)theta;
     c->no_bias = !bias;
+    c->untied = !tied;
 out:
     st_json_free(&doc);
     return rc;

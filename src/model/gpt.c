@@ -75,6 +75,8 @@ typedef struct block_tensor {
 static int block_tensors(const strata_gpt_config_t *c, block_tensor_t *bt)
 {
     size_t C = (size_t)c->d_model, F = (size_t)c->d_ff;
+    int nkv = c->n_kv_head ? c->n_kv_head : c->n_head; // 0 until validated: n_head
+    size_t KV = C / (size_t)c->n_head * (size_t)nkv;    // k's (and v's) width
     bool ln = c->norm == STRATA_GPT_NORM_LAYERNORM, bias = !c->no_bias;
     int n = 0;
 #define ADD(f, suffix, d0, d1, split, groups)                                                      \
@@ -82,9 +84,18 @@ static int block_tensors(const strata_gpt_config_t *c, block_tensor_t *bt)
     ADD(ln1w, "ln1.weight", C, 0, -1, 1);
     if (ln)
         ADD(ln1b, "ln1.bias", C, 0, -1, 1);
-    ADD(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
-    if (bias)
-        ADD(qkvb, "attn.qkv.bias", 3 * C, 0, 0, 3);
+    if (KV == C) { // q | k | v, three equal blocks each cut by heads
+        ADD(qkvw, "attn.qkv.weight", 3 * C, C, 0, 3);
+        if (bias)
+            ADD(qkvb, "attn.qkv.bias", 3 * C, 0, 0, 3);
+    } else { // GQA: q, then k | v (two equal blocks), adjacent in a rank's arena: one product
+        ADD(qkvw, "attn.q.weight", C, C, 0, 1);
+        ADD(kvw, "attn.kv.weight", 2 * KV, C, 0, 2);
+        if (bias) {
+            ADD(qkvb, "attn.q.bias", C, 0, 0, 1);
+            ADD(kvb, "attn.kv.bias", 2 * KV, 0, 0, 2);
+        }
+    }
     ADD(projw, "attn.proj.weight", C, C, 1, 1);
     if (bias)
         ADD(projb, "attn.proj.bias", C, 0, -1, 1);
@@ -126,15 +137,21 @@ static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
     size_t block = 0;
     for (int i = 0; i < nbt; i++)
         block += bt[i].d0 * (bt[i].d1 ? bt[i].d1 : 1);
-    size_t P = V * C + (learned ? T * C : 0) + (size_t)c->n_layer * block + (ln ? 2 : 1) * C;
+    size_t P = V * C + (learned ? T * C : 0) + (size_t)c->n_layer * block + (ln ? 2 : 1) * C +
+               (c->untied ? V * C : 0);
     if (!m)
         return P;
     layout_walk_t w = {.m = m, .names = m->names};
     char nm[96];
     int seg = 0;
+    m->head_seg = -1;
     if (m->has_embed) {
         m->seg_off[seg] = 0;
         m->wte = 0;
+        if (m->has_head && !c->untied) {
+            m->head_seg = 0;
+            m->headw = 0;
+        }
     }
     add_tensor(&w, m->has_embed, "wte", 2, (int64_t)V, (int64_t)C, seg, true, 0, 1);
     m->wpe = learned ? w.cur : ST_ABSENT;
@@ -167,8 +184,13 @@ static size_t build_layout(strata_gpt_t *m, const strata_gpt_config_t *c)
         m->lnfb = ln ? C : ST_ABSENT;
         if (ln)
             add_tensor(&w, true, "lnf.bias", 1, (int64_t)C, 0, seg, false, -1, 1);
-        if (!m->has_embed) { // the tied head's own copy of the embedding (Megatron-LM's)
-            m->wte = w.cur - base;
+        if (c->untied) {
+            m->head_seg = seg;
+            m->headw = w.cur - base;
+            add_tensor(&w, true, "lm_head.weight", 2, (int64_t)V, (int64_t)C, seg, true, 0, 1);
+        } else if (!m->has_embed) { // the tied head's own copy of the embedding (Megatron-LM's)
+            m->head_seg = seg;
+            m->headw = w.cur - base;
             layout_walk_t copy = w;
             copy.full = 0;
             copy.index = 0;
@@ -319,6 +341,11 @@ strata_status_t strata_gpt_config_validate(strata_gpt_config_t *c)
           c->d_model);
     CHECK(c->n_head >= 1 && c->d_model % c->n_head == 0,
           "model: n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
+    if (c->n_kv_head == 0)
+        c->n_kv_head = c->n_head;
+    CHECK(c->n_kv_head >= 1 && c->n_head % c->n_kv_head == 0,
+          "model: n_kv_head (%d) must divide n_head (%d): each k/v head serves a whole group of "
+          "query heads", c->n_kv_head, c->n_head);
     if (c->d_ff == 0)
         c->d_ff = 4 * c->d_model;
     CHECK(c->d_ff >= 1 && c->d_ff <= 1 << 20, "model: d_ff must be in [1, 1M], got %d", c->d_ff);
@@ -360,6 +387,10 @@ strata_status_t strata_gpt_config_check_tp(const strata_gpt_config_t *cfg, int t
     if (c.n_head % tp)
         return st_error(STRATA_ERR_INVALID_ARG, "model: tensor parallelism %d must divide the "
                         "attention heads (n_head %d): each rank holds whole heads", tp, c.n_head);
+    if (c.n_kv_head % tp)
+        return st_error(STRATA_ERR_INVALID_ARG, "model: tensor parallelism %d must divide the k/v "
+                        "heads (n_kv_head %d): each rank holds whole k/v heads with their query "
+                        "heads", tp, c.n_kv_head);
     if (c.vocab % tp)
         return st_error(STRATA_ERR_INVALID_ARG, "model: tensor parallelism %d must divide the "
                         "vocabulary (vocab %d): each rank holds an equal vocabulary slice", tp,
@@ -410,7 +441,7 @@ static strata_status_t set_chunks(strata_gpt_t *m)
     m->seg_block0 = m->has_embed ? 1 : 0;
     m->nseg = m->seg_block0 + m->nblocks + (m->has_head ? 1 : 0);
     m->seg_final = m->has_head ? m->nseg - 1 : -1;
-    int maxt = 5 + ST_MAX_BLOCK_TENSORS * L;
+    int maxt = 6 + ST_MAX_BLOCK_TENSORS * L; // wte, wpe, lnf (2), the head's wte or lm_head
     m->tensors = calloc((size_t)maxt, sizeof *m->tensors);
     m->names = calloc((size_t)maxt, 64);
     m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
@@ -424,6 +455,7 @@ static strata_status_t set_chunks(strata_gpt_t *m)
 static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size_t N, size_t R)
 {
     size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, Gl = m->Gl, T = m->cfg.max_seq;
+    size_t QKV = (size_t)st_qkv_width(m);
     size_t att = (size_t)m->max_batch * m->NHl * T * st_attention_band((int)T, m->cfg.window);
     bool split = m->shard.split_backward, ln2 = !m->cfg.parallel;
 #define TAKE(n) (*at += (n), base ? base + *at - (n) : NULL)
@@ -433,7 +465,7 @@ static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size
         a->ln1 = TAKE(R * C);
         a->ln1_mean = TAKE(R);
         a->ln1_rstd = TAKE(R);
-        a->qkv = TAKE(3 * N * Cl);
+        a->qkv = TAKE(N * QKV);
         a->atty = TAKE(N * Cl);
         a->att = TAKE(att);
         a->res1 = TAKE(R * C);
@@ -444,7 +476,7 @@ static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size
         a->fch_gelu = TAKE(N * Fl);
         a->res2 = TAKE(R * C);
         if (split) {
-            a->dqkv = TAKE(3 * N * Cl);
+            a->dqkv = TAKE(N * QKV);
             a->dproj = TAKE(N * C);
             a->dfc = TAKE(N * Gl);
             a->dfc2 = TAKE(N * C);
@@ -464,12 +496,12 @@ static void take_slot(strata_gpt_t *m, slot_t *sl, float *base, size_t *at, size
  * take_slot. */
 static void take_scratch(strata_gpt_t *m, float *base, size_t *at, size_t N, size_t R)
 {
-    size_t C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl, T = m->cfg.max_seq;
+    size_t C = m->cfg.d_model, Fl = m->Fl, T = m->cfg.max_seq;
     size_t hs = C / m->cfg.n_head;
 #define TAKE(n) (*at += (n), base ? base + *at - (n) : NULL)
     m->dres = TAKE(R * C);
     m->dbuf = TAKE(N * C);
-    m->dqkv = TAKE(3 * N * Cl);
+    m->dqkv = TAKE(N * (size_t)st_qkv_width(m));
     m->dfch = TAKE(N * m->Gl);
     m->dact = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? TAKE(N * Fl) : m->dfch;
     m->dln = m->cfg.parallel ? TAKE(R * C) : NULL;
@@ -539,6 +571,8 @@ strata_status_t strata_model_create_shard(const strata_gpt_config_t *cfg,
     m->Fl = c.d_ff / tp;
     m->Gl = c.mlp == STRATA_GPT_MLP_SWIGLU ? 2 * m->Fl : m->Fl;
     m->NHl = c.n_head / tp;
+    m->NKVl = c.n_kv_head / tp;
+    m->KVl = c.d_model / c.n_head * m->NKVl;
     m->Vl = c.vocab / tp;
     m->nslots = shard->slots > 0 ? shard->slots : 1;
     m->slot = calloc((size_t)m->nslots, sizeof *m->slot);
@@ -701,6 +735,10 @@ int strata_model_nsegments(const strata_gpt_t *m)
 {
     return m->nseg;
 }
+int strata_model_head_segment(const strata_gpt_t *m)
+{
+    return m->head_seg;
+}
 void strata_model_segment(const strata_gpt_t *m, int seg, size_t *offset, size_t *count)
 {
     bool ok = seg >= 0 && seg < m->nseg;
@@ -747,8 +785,9 @@ double strata_model_flops_per_token(const strata_gpt_t *m, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
     double C = c->d_model, F = c->d_ff, L = c->n_layer;
+    double KV = C / c->n_head * c->n_kv_head;
     double mlp = (c->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
-    double matmul = L * (3 * C * C + C * C + mlp) + (double)c->vocab * C; // incl. the head
+    double matmul = L * (C * (C + 2 * KV) + C * C + mlp) + (double)c->vocab * C; // incl. the head
     double keys = c->window > 0 && c->window < T ? c->window : T;
     double attn = L * 2.0 * keys * C; // qk^T and att v, dense (within the window)
     return 6.0 * matmul + 6.0 * attn;

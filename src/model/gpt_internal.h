@@ -16,10 +16,13 @@
 #define ST_AT(p, off) ((off) == ST_ABSENT ? NULL : (p) + (off))
 
 /* Offsets of one block's tensors relative to the block's segment start (the same for every block).
- * The MLP's first product: fc, or SwiGLU's w1 with w3 right after it (and w1's bias with w3's right
- * after it), so one product of width 2F computes gate and up; fc2: mlp.proj or w2. */
+ * The attention's first product: qkv, or under grouped-query attention q with kv (k | v) right
+ * after it (and q's bias with kv's right after it), so one product of width Cl + 2 KVl computes
+ * q, k and v. The MLP's first product: fc, or SwiGLU's w1 with w3 right after it (and w1's bias
+ * with w3's), so one product of width 2F computes gate and up; fc2: mlp.proj or w2. */
 typedef struct block_layout {
-    size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, w3w, w3b, fc2w, fc2b;
+    size_t ln1w, ln1b, qkvw, kvw, qkvb, kvb, projw, projb, ln2w, ln2b, fcw, fcb, w3w, w3b, fc2w,
+        fc2b;
 } block_layout_t;
 
 /* A block's activations that bf16 products read twice, in the forward and again for the weight
@@ -74,9 +77,13 @@ struct strata_gpt {
     bool has_embed, has_head;
     int seg_block0, seg_final; /* segment of the first block held; of the final norm (-1: none) */
     block_layout_t bl;
-    size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment (wte: the head's copy in the
-                                    final segment when the embeddings are not held) */
+    size_t wte, wpe, lnfw, lnfb; /* offsets relative to their segment */
+    int head_seg;                /* the segment of the head's weight: the embeddings' (the tied wte),
+                                    else the final one (the tied head's copy of wte when the
+                                    embeddings are not held, or the untied lm_head); -1: no head */
+    size_t headw;                /* its offset relative to that segment */
     int Cl, Fl, NHl, Vl;         /* this rank's attention width, MLP width, heads, vocabulary */
+    int NKVl, KVl;               /* this rank's k/v heads and their width (NKVl x head size) */
     int Gl;                      /* width of the MLP's first product: Fl, 2 Fl for SwiGLU */
     float *rope_cos, *rope_sin;  /* RoPE: [max_seq, head_size / 2] each (NULL without) */
     float *acts;
@@ -101,6 +108,12 @@ void st_model_progress(strata_gpt_t *m);
 
 /* Most row blocks a TP collective is cut into. */
 #define ST_TP_MAX_CHUNKS 8
+
+/* Width of the attention's first product on this rank: q, then k and v. */
+static inline int st_qkv_width(const strata_gpt_t *m)
+{
+    return m->Cl + 2 * m->KVl;
+}
 
 /* Rows of the residual stream on this rank for N = B*T tokens. */
 static inline int st_model_rows(const strata_gpt_t *m, int N)

@@ -109,17 +109,20 @@ void st_add_inplace(float *out, const float *inp, size_t n);
 
 /* The columns of att a query row keeps: T without a window, about window + 64 with one. */
 int st_attention_band(int T, int window);
-/* Causal multi-head attention on packed qkv[B,T,3C] (q | k | v, head h at columns h*hs..):
- * att[B,NH,T,band] (band = st_attention_band) = softmax(q k^T / sqrt(hs)) over the keys each
- * query attends, (t - window, t] (window 0: [0, t]), each row holding its block's computed keys
- * (see attention.c); out[B,T,C] = att v. backward reads only what forward wrote. */
+/* Causal multi-head attention on packed qkv[B,T,C+2KV] (q | k | v; query head h at columns h*hs
+ * of q, KV = NKV*hs): query head h reads k/v head h / (NH / NKV) (grouped-query attention; NKV = NH
+ * is plain multi-head attention). att[B,NH,T,band] (band = st_attention_band) = softmax(q k^T /
+ * sqrt(hs)) over the keys each query attends, (t - window, t] (window 0: [0, t]), each row holding
+ * its block's computed keys (see attention.c); out[B,T,C] = att v. backward reads only what
+ * forward wrote. */
 void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
-                          int window);
-/* dqkv[B,T,3C] is WRITTEN; scratch holds nscratch blocks of T*band floats, one per thread at most
- * that the (batch row, head) pairs are spread over. */
+                          int NKV, int window);
+/* dqkv[B,T,C+2KV] is WRITTEN (a k/v head's gradient summed over its group's query heads in head
+ * order); scratch holds nscratch blocks of T*band floats, one per thread at most that the (batch
+ * row, k/v head) pairs are spread over. */
 void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int C, int NH,
-                           int window);
+                           int NKV, int window);
 
 /* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
  * the mean loss (summed in double). */

@@ -201,16 +201,18 @@ static void norm_backward(const strata_gpt_t *m, float *dx, float *dw, float *db
 }
 
 /* RoPE on the q and k heads of qkv (N rows, this rank's heads: q's then k's, adjacent), or its
- * backward on their gradients. */
+ * backward on their gradients. The k/v heads are fewer under grouped-query attention. */
 static void rope(const strata_gpt_t *m, float *qkv, int B, int T, bool backward)
 {
     if (m->cfg.pos != STRATA_GPT_POS_ROPE)
         return;
     int hs = m->cfg.d_model / m->cfg.n_head;
     if (backward)
-        st_rope_backward(qkv, 3 * m->Cl, m->rope_cos, m->rope_sin, B, T, 2 * m->NHl, hs);
+        st_rope_backward(qkv, st_qkv_width(m), m->rope_cos, m->rope_sin, B, T, m->NHl + m->NKVl,
+                         hs);
     else
-        st_rope_forward(qkv, 3 * m->Cl, m->rope_cos, m->rope_sin, B, T, 2 * m->NHl, hs);
+        st_rope_forward(qkv, st_qkv_width(m), m->rope_cos, m->rope_sin, B, T, m->NHl + m->NKVl,
+                        hs);
 }
 
 /* The MLP's input: ln2's output, or ln1's in the parallel block. */
@@ -232,11 +234,11 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
     norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
     hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, true);
-    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C, 3 * Cl,
-                                false));
+    ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C,
+                                st_qkv_width(m), false));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
-    st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, c->window);
+    st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, m->NKVl, c->window);
     st_model_progress(m);
     hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * Cl, true);
     // The parallel block's MLP reads ln1 too and adds to res1 = x + attn: no norm reads res1, so
@@ -287,7 +289,7 @@ static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const flo
 
 static strata_status_t head_forward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
-    return st_tp_column_forward(m, sl->logits, sl->lnf, p + m->wte, NULL, N, m->cfg.d_model, m->Vl,
+    return st_tp_column_forward(m, sl->logits, sl->lnf, p + m->headw, NULL, N, m->cfg.d_model, m->Vl,
                                 false);
 }
 
@@ -299,10 +301,10 @@ static strata_status_t check_slot(const strata_gpt_t *m, int slot)
     return STRATA_OK;
 }
 
-/* The segment the tied head reads wte from: the embeddings', or the final one's copy. */
+/* The segment of the head's weight (see strata_gpt_t.head_seg). */
 static int head_seg(const strata_gpt_t *m)
 {
-    return m->has_embed ? 0 : m->seg_final;
+    return m->head_seg;
 }
 
 strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
@@ -446,15 +448,15 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, ST_AT(g, o->projb), m->dres,
                               a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
-    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, B, T, Cl, m->NHl,
-                          c->window);
+    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, B, T, Cl,
+                          m->NHl, m->NKVl, c->window);
     rope(m, m->dqkv, B, T, true);
     st_model_progress(m);
     if (split)
-        memcpy(a->dqkv, m->dqkv, (size_t)N * 3 * Cl * sizeof(float));
+        memcpy(a->dqkv, m->dqkv, (size_t)N * st_qkv_width(m) * sizeof(float));
     // The parallel block: the MLP's weight gradient above re-gathered ln1 already under sp.
     ST_TRY(st_tp_column_backward(m, m->dbuf, split ? NULL : g + o->qkvw, ST_AT(g, o->qkvb), m->dqkv,
-                                 a->ln1, p + o->qkvw, N, C, 3 * Cl, c->parallel));
+                                 a->ln1, p + o->qkvw, N, C, st_qkv_width(m), c->parallel));
     st_model_progress(m);
     if (c->parallel)
         st_add_inplace(m->dbuf, m->dln, (size_t)R * C);
@@ -498,8 +500,8 @@ static strata_status_t block_weights_held(strata_gpt_t *m, block_acts_t *a, floa
     st_model_progress(m);
     st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
     // The parallel block's ln1, re-gathered for the MLP's weight gradient above (sp).
-    return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C, 3 * Cl,
-                               m->cfg.parallel);
+    return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C,
+                               st_qkv_width(m), m->cfg.parallel);
 }
 
 /* The weight gradients block_backward left (split_backward), with the kept activations held. */
@@ -514,8 +516,9 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
 
 static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
-    return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[head_seg(m)] + m->wte, NULL,
-                                 sl->logits, sl->lnf, p + m->wte, N, m->cfg.d_model, m->Vl, false);
+    return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[head_seg(m)] + m->headw, NULL,
+                                 sl->logits, sl->lnf, p + m->headw, N, m->cfg.d_model, m->Vl,
+                                 false);
 }
 
 /* head_backward between its segment's acquire and release. */

@@ -599,6 +599,9 @@ static strata_status_t validate(strata_comm_t *comm, const strata_zero_config_t 
     if (at != cfg->nparams)
         return st_error(STRATA_ERR_INVALID_ARG, "zero: segments cover %zu floats, nparams is %zu",
                         at, cfg->nparams);
+    if (cfg->head_segment < 0 || cfg->head_segment >= cfg->nsegments)
+        return st_error(STRATA_ERR_INVALID_ARG, "zero: head segment %d outside the %d segments",
+                        cfg->head_segment, cfg->nsegments);
     if (cfg->ntiers < 0 || cfg->ntiers > STRATA_ZERO_MAX_TIERS)
         return st_error(STRATA_ERR_INVALID_ARG, "zero: ntiers %d (want 0..%d)", cfg->ntiers,
                         STRATA_ZERO_MAX_TIERS);
@@ -692,12 +695,12 @@ strata_status_t strata_zero_create(strata_comm_t *comm, const strata_zero_config
         rc = st_error(STRATA_ERR_NO_MEMORY, "out of memory");
         goto fail_out;
     }
-    // The model's order of acquires: forward 0..S-1, head 0; backward head 0, S-1..0.
+    // The model's order of acquires: forward 0..S-1, head H; backward head H, S-1..0.
     int k = 0;
     for (int s = 0; s < z->S; s++)
         z->sched[k++] = 2 * s;
-    z->sched[k++] = 0;
-    z->sched[k++] = 1;
+    z->sched[k++] = 2 * cfg->head_segment;
+    z->sched[k++] = 2 * cfg->head_segment + 1;
     for (int s = z->S - 1; s >= 0; s--)
         z->sched[k++] = 2 * s + 1;
     size_t shard = 0;

@@ -122,6 +122,8 @@ strata_status_t strata_export_hf_gpt2(strata_gpt_t *m, const char *dir)
                       : mc->mlp != STRATA_GPT_MLP_GELU        ? "SwiGLU"
                       : mc->pos != STRATA_GPT_POS_LEARNED     ? "RoPE"
                       : mc->no_bias                           ? "linear layers without biases"
+                      : mc->n_kv_head != mc->n_head           ? "grouped-query attention"
+                      : mc->untied                            ? "an untied head"
                                                               : NULL;
     if (opt)
         return st_error(STRATA_ERR_UNSUPPORTED, "export: the model uses %s, which HuggingFace's "

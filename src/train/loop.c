@@ -247,6 +247,7 @@ strata_status_t strata_trainer_distribute(strata_trainer_t *t, strata_comm_t *co
     t->zcfg.nparams = strata_model_nparams(t->model);
     t->zcfg.nsegments = S;
     t->zcfg.segments = t->segs;
+    t->zcfg.head_segment = ST_MAX(strata_model_head_segment(t->model), 0); // 0: no head here
     ST_TRY(strata_zero_create(dp_comm, &t->zcfg, strata_model_param_arena(t->model),
                               strata_model_grad_arena(t->model), &t->zero));
     // With the optimizer in the pool the gradients go there, not through the engine's reductions:

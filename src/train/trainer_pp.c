@@ -1,7 +1,7 @@
 /* The trainer's pipeline: the cut of the model's layers into P x V chunks (given, or balanced by
  * each chunk's predicted compute), this stage's executor, and a step's forward and backward through
  * it, with the tied embedding's gradient summed between the stage of the embeddings and the stage of
- * the head (Megatron-LM's embedding group). */
+ * the head (Megatron-LM's embedding group; not for an untied head). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +12,14 @@
 #include "train/trainer.h"
 
 /* Forward FLOPs per token of one block and of the head (the planner's per-layer cost): the
- * products 2 x (4C^2 + 2CF) and the attention 4TC; the head 2CV. The embedding lookup is free. */
+ * products 2 x (2C^2 + 2 C KV + 2CF, 3CF for SwiGLU; KV the k/v width) and the attention 4TC; the
+ * head 2CV. The embedding lookup is free. */
 static double block_cost(const strata_gpt_config_t *m, int seq)
 {
     double C = m->d_model, F = m->d_ff ? m->d_ff : 4.0 * C;
-    return 2 * (4 * C * C + 2 * C * F) + 4.0 * seq * C;
+    double KV = m->n_kv_head ? C / m->n_head * m->n_kv_head : C;
+    double mlp = (m->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
+    return 2 * (2 * C * C + 2 * C * KV + mlp) + 4.0 * seq * C;
 }
 
 /* Layers per chunk (C chunks) that make the most expensive chunk as cheap as possible (the last
@@ -146,11 +149,13 @@ static strata_status_t micro_batch(void *ctx, int mb, const int32_t **tokens,
 }
 
 /* Sums wte's gradient between the embeddings' holder and the head's copy: over the embedding group
- * (first and last stage), or on one model that holds both (one wte, nothing to do). */
+ * (first and last stage), or on one model that holds both (one wte, nothing to do). An untied
+ * head has its own weight: nothing to sum. */
 static strata_status_t tie_embedding(strata_trainer_t *t)
 {
     int P = t->pp, V = t->cfg.vp;
-    if (!t->embed_comm || strata_pp_chunk_stage(t->cfg.schedule, P, V, P * V - 1) == 0)
+    if (!t->embed_comm || strata_model_config(t->model)->untied ||
+        strata_pp_chunk_stage(t->cfg.schedule, P, V, P * V - 1) == 0)
         return STRATA_OK; // the head on the embeddings' stage (a V): one wte
     int i = strata_model_find_tensor(t->model, "wte");
     if (i < 0)

@@ -6,8 +6,8 @@
 # --resume continues from step 10 on 4 ranks as --pp 4 with ZB-H1 and matches steps 11-20;
 # `strata sample` reads the pipelined checkpoint. --harvest eval,sample,data,gemm on PP 2: the same
 # losses, rank 0 prints the side eval and sample lines, the metrics carry each side task's work.
-# The model options (--llama --parallel-block --window) under PP 2 x TP 2 likewise, their checkpoint
-# sampled, and refused where they cannot go (a resume without them, export --format hf).
+# The model options (--llama --kv-heads 2 --parallel-block --window: an untied head, grouped-query
+# attention) under PP 2 x TP 2 likewise, their checkpoint sampled, and refused where they cannot go (a resume without them, export --format hf).
 # Refused with a clear message: --pp 2 in one process, --pp 3 on 4 ranks, zb-v with one chunk per
 # stage, --pp-layers that do not add up, an unknown side task, --harvest without a pipeline, --harvest
 # eval with --tp 2.
@@ -64,12 +64,12 @@ expect_error "--pp-layers 1,1" "pp-layers" "$S" launch -n 2 -- "$S" train "${A[@
 # The model options on the user's path: the flags reach every rank, PP 2 x TP 2 (SP) matches the
 # one-process run, the checkpoint records them (a resume without them is refused as another model,
 # `strata sample` rebuilds the model from it), and export --format hf refuses them by name.
-O=(--llama --parallel-block --window 12 --steps 10)
+O=(--llama --kv-heads 2 --parallel-block --window 12 --steps 10)
 "$S" train "${A[@]}" "${O[@]}" --quiet --metrics "$W/ref.jsonl"
 "$S" launch -n 4 -- "$S" train "${A[@]}" "${O[@]}" --quiet --pp 2 --tp 2 --sp --micro-batch 2 \
     --ckpt-dir "$W/ck_opts" --ckpt-every 10 --metrics "$W/opts.jsonl" 2>"$W/opts.log" ||
     { cat "$W/opts.log"; exit 1; }
-same_losses "llama, parallel, window 12: pp 2 x tp 2" "$W/opts.jsonl" 1 10
+same_losses "llama, 2 k/v heads, parallel, window 12: pp 2 x tp 2" "$W/opts.jsonl" 1 10
 "$S" sample --ckpt "$W/ck_opts" --prompt "Tale 7." --tokens 10 --temperature 0 >/dev/null &&
     echo "sample of the options: ok" || { echo "sample of the options: FAIL"; fail=1; }
 expect_error "resume without the options" "not this one" "$S" train "${A[@]}" --steps 12 \

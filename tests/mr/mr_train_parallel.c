@@ -385,8 +385,9 @@ static void test_resume_across_pp(void **state)
 
 /* The model options (docs/train.md) under ZeRO 3, TP 2 with sequence parallelism and PP 2 against
  * the one-process run of the same options, 4 layers: the parallel block with a sliding window of 5
- * (of 16 positions), and the Llama shape (RMSNorm, SwiGLU, RoPE, no biases), the latter also
- * resumed from a TP 2 x PP 2 checkpoint as data parallel ZeRO 3. */
+ * (of 16 positions), and the Llama shape (RMSNorm, SwiGLU, RoPE, no biases, an untied head) with
+ * grouped-query attention (2 k/v heads for 4 query heads: one a TP rank), the latter also resumed
+ * from a TP 2 x PP 2 checkpoint as data parallel ZeRO 3. */
 #define OPT(n, tp, sp, pp, zero, opts) {n, tp, zero, sp, false, 0, 0, 0, pp, 1, 0, STRATA_SCHED_1F1B, 4, opts}
 
 static strata_gpt_config_t model_with(bool llama, bool parallel, int window)
@@ -412,6 +413,7 @@ static void test_options_llama(void **state)
 {
     (void)state;
     strata_gpt_config_t o = model_with(true, false, 0);
+    o.n_kv_head = 2;
     const layout_t ls[] = {
         OPT(2, 1, false, 0, 3, &o), OPT(2, 2, true, 0, 0, &o), OPT(2, 1, false, 2, 0, &o),
         {4, 2, 1, false, false, 2, 1, 3, 2, 1, 0, STRATA_SCHED_1F1B, 4, &o},

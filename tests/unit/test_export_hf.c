@@ -159,8 +159,9 @@ static void test_options_refused(void **state)
 {
     (void)state;
     static const char *const want[] = {"the parallel block", "sliding-window attention", "RMSNorm",
-                                       "SwiGLU", "RoPE", "without biases"};
-    for (int k = 0; k < 6; k++) {
+                                       "SwiGLU", "RoPE", "without biases",
+                                       "grouped-query attention", "an untied head"};
+    for (int k = 0; k < 8; k++) {
         strata_gpt_config_t c = strata_gpt_config_default();
         c.parallel = k == 0;
         c.window = k == 1 ? 8 : 0;
@@ -168,6 +169,8 @@ static void test_options_refused(void **state)
         c.mlp = k == 3 ? STRATA_GPT_MLP_SWIGLU : STRATA_GPT_MLP_GELU;
         c.pos = k == 4 ? STRATA_GPT_POS_ROPE : STRATA_GPT_POS_LEARNED;
         c.no_bias = k == 5;
+        c.n_kv_head = k == 6 ? 2 : 0;
+        c.untied = k == 7;
         strata_gpt_t *m;
         assert_int_equal(strata_model_create(&c, 1, 7, &m), STRATA_OK);
         char out[128];

@@ -281,24 +281,30 @@ static void test_add_norm(void **state)
 }
 
 /* ---- attention ---- */
-typedef struct { float *qkv, *att; int B, T, C, NH, W; } at_t;
+typedef struct { float *qkv, *att; int B, T, C, NH, NKV, W; } at_t;
 static void at_fwd(void *c, float *out)
 {
     at_t *a = c;
-    st_attention_forward(out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->W);
+    st_attention_forward(out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->NKV, a->W);
 }
 /* Plain-loop causal attention in double, forward (out) and backward (dqkv, written) for the output
  * gradient d: the reference the blocked kernel must match element by element. Query i attends keys
- * [lo, i], lo = max(0, i - W + 1) with a window W, else 0. */
+ * [lo, i], lo = max(0, i - W + 1) with a window W, else 0; query head h reads k/v head h / (NH /
+ * NKV), k at column C + (its index) hs of a row of C + 2 KV, v KV further. */
 static void attention_ref(float *out, float *dqkv, const float *qkv, const float *d, int B, int T,
-                          int C, int NH, int W)
+                          int C, int NH, int NKV, int W)
 {
-    int hs = C / NH;
+    int hs = C / NH, KV = hs * NKV, LD = C + 2 * KV;
     double scale = 1.0 / sqrt((double)hs), *p = malloc((size_t)T * sizeof(double));
     double *dp = malloc((size_t)T * sizeof(double));
-    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));
-#define Q(t) (qkv + ((size_t)b * T + (t)) * 3 * C + h * hs)
-#define DQ(t) (dqkv + ((size_t)b * T + (t)) * 3 * C + h * hs)
+    memset(dqkv, 0, (size_t)B * T * LD * sizeof(float));
+    // Q(t)[e]: query head h's q; K(t)[e], V(t)[e]: its k/v head's k and v (DQ, DK, DV likewise).
+#define Q(t) (qkv + ((size_t)b * T + (t)) * LD + h * hs)
+#define K(t) (qkv + ((size_t)b * T + (t)) * LD + C + h / (NH / NKV) * hs)
+#define V(t) (K(t) + KV)
+#define DQ(t) (dqkv + ((size_t)b * T + (t)) * LD + h * hs)
+#define DK(t) (dqkv + ((size_t)b * T + (t)) * LD + C + h / (NH / NKV) * hs)
+#define DV(t) (DK(t) + KV)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -307,7 +313,7 @@ static void attention_ref(float *out, float *dqkv, const float *qkv, const float
                 for (int j = lo; j <= i; j++) {
                     double s = 0;
                     for (int e = 0; e < hs; e++)
-                        s += (double)Q(i)[e] * Q(j)[C + e];
+                        s += (double)Q(i)[e] * K(j)[e];
                     p[j] = s * scale;
                     mx = p[j] > mx ? p[j] : mx;
                 }
@@ -318,27 +324,31 @@ static void attention_ref(float *out, float *dqkv, const float *qkv, const float
                     p[j] /= sum;
                     dp[j] = 0;
                     for (int e = 0; e < hs; e++) {
-                        dp[j] += (double)di[e] * Q(j)[2 * C + e];
-                        DQ(j)[2 * C + e] += (float)(p[j] * di[e]);
+                        dp[j] += (double)di[e] * V(j)[e];
+                        DV(j)[e] += (float)(p[j] * di[e]);
                     }
                     dot += p[j] * dp[j];
                 }
                 for (int e = 0; e < hs; e++) {
                     double acc = 0;
                     for (int j = lo; j <= i; j++)
-                        acc += p[j] * Q(j)[2 * C + e];
+                        acc += p[j] * V(j)[e];
                     out[((size_t)b * T + i) * C + h * hs + e] = (float)acc;
                 }
                 for (int j = lo; j <= i; j++) {
                     double ds = p[j] * (dp[j] - dot) * scale;
                     for (int e = 0; e < hs; e++) {
-                        DQ(i)[e] += (float)(ds * Q(j)[C + e]);
-                        DQ(j)[C + e] += (float)(ds * Q(i)[e]);
+                        DQ(i)[e] += (float)(ds * K(j)[e]);
+                        DK(j)[e] += (float)(ds * Q(i)[e]);
                     }
                 }
             }
 #undef Q
+#undef K
+#undef V
 #undef DQ
+#undef DK
+#undef DV
     free(p), free(dp);
 }
 
@@ -350,11 +360,11 @@ static void expect_near(const char *what, int T, const float *got, const float *
                      (double)want[i]);
 }
 
-static void check_attention(int B, int T, int C, int NH, int W)
+static void check_attention_gqa(int B, int T, int C, int NH, int NKV, int W)
 {
-    size_t nq = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t nq = (size_t)B * T * (C + 2 * C / NH * NKV), nout = (size_t)B * T * C;
     size_t band = (size_t)st_attention_band(T, W), natt = (size_t)B * NH * T * band;
-    at_t a = {rnd(nq, 1), zeros(natt), B, T, C, NH, W}; // exactly the band: ASan sees past it
+    at_t a = {rnd(nq, 1), zeros(natt), B, T, C, NH, NKV, W}; // exactly the band: ASan sees past it
     float *out = zeros(nout), *R = rnd(nout, 1), *dqkv = zeros(nq), *scratch = zeros(T * band);
     float *ref = zeros(nout), *dref = zeros(nq);
     // The kernels read only the blocks they write: poison the rest of att and the scratch.
@@ -363,13 +373,18 @@ static void check_attention(int B, int T, int C, int NH, int W)
     for (size_t i = 0; i < T * band; i++)
         scratch[i] = NAN;
     at_fwd(&a, out);
-    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, B, T, C, NH, W);
-    attention_ref(ref, dref, a.qkv, R, B, T, C, NH, W);
+    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, B, T, C, NH, NKV, W);
+    attention_ref(ref, dref, a.qkv, R, B, T, C, NH, NKV, W);
     expect_near("attn.out", T, out, ref, nout);
     expect_near("attn.dqkv", T, dqkv, dref, nq);
     fd_check("attn.dqkv", at_fwd, &a, a.qkv, nq, dqkv, out, R, nout);
     free(a.qkv), free(a.att), free(out), free(R), free(dqkv), free(scratch), free(ref),
         free(dref);
+}
+
+static void check_attention(int B, int T, int C, int NH, int W)
+{
+    check_attention_gqa(B, T, C, NH, NH, W);
 }
 
 static void test_attention(void **state)
@@ -386,6 +401,11 @@ static void test_attention(void **state)
     check_attention(1, 200, 8, 2, 70);
     check_attention(1, 133, 8, 2, 1);
     check_attention(1, 20, 8, 2, 64);
+    // Grouped-query attention: two query heads a k/v head, and one k/v head for all (multi-query),
+    // with and without a window, across the blocks.
+    check_attention_gqa(2, 5, 16, 4, 2, 0);
+    check_attention_gqa(1, 133, 16, 4, 1, 0);
+    check_attention_gqa(1, 200, 16, 4, 2, 70);
     // With a window each query row keeps its block's keys only: W + 64 columns at most, rounded
     // to the block (T at most, and without a window).
     assert_int_equal(st_attention_band(4096, 512), 576);
@@ -496,13 +516,17 @@ static void test_model_fd(void **state)
 {
     (void)state;
     strata_gpt_config_t gpt2 = {0}, par = {.parallel = true, .window = 3}, llama = {0};
-    strata_gpt_config_llama(&llama);
+    strata_gpt_config_llama(&llama); // untied
+    // Grouped-query attention (one k/v head for the two query heads) with the biases of q and kv.
+    strata_gpt_config_t gqa = {.n_kv_head = 1};
     strata_gpt_config_t all = llama;
     all.parallel = true;
     all.window = 2;
+    all.n_kv_head = 1;
     model_fd(&gpt2);
     model_fd(&par);
     model_fd(&llama);
+    model_fd(&gqa);
     model_fd(&all);
 }
 
@@ -605,6 +629,8 @@ static void test_bf16_copies(void **state)
     strata_gpt_config_llama(&llama);
     bf16_copies(&gpt2);
     bf16_copies(&par);
+    bf16_copies(&llama);
+    llama.n_kv_head = 1;
     bf16_copies(&llama);
     strata_blas_set_precision(STRATA_PREC_FP32, NULL);
 }

@@ -2,9 +2,9 @@
  * tests/fixtures/make_model_fixtures.py with Debian's python3-torch) hold a small GPT's parameters,
  * a batch, and PyTorch's logits, loss and every gradient, one file per option set (GPT-2's shape;
  * the parallel block with sliding-window attention; the Llama shape: RMSNorm, SwiGLU, RoPE, no
- * biases). strata must hold exactly the fixture's tensors by name and shape and reproduce them
- * within float tolerances, with and without parameter hooks (which must be called in the documented
- * order). */
+ * biases; and with grouped-query attention and an untied head). strata must hold exactly the
+ * fixture's tensors by name and shape and reproduce them within float tolerances, with and without
+ * parameter hooks (which must be called in the documented order). */
 #include "harness/st_test.h"
 #include "strata/model.h"
 #include "strata/train.h"
@@ -248,6 +248,45 @@ static void test_hooks(void **state)
     fx_close(&f);
 }
 
+/* Grouped-query attention (4 query heads, 2 k/v heads) and an untied head on the Llama shape: the
+ * tensors torch has (q, kv, lm_head), its numbers, and the head's segment in the hooks' order. */
+static void test_llama_gqa_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("gpt_llama_gqa");
+    fx_t f;
+    fx_open(&f, "gpt_llama_gqa");
+    const strata_gpt_config_t *c = strata_model_config(f.m);
+    assert_true(c->n_head == 4 && c->n_kv_head == 2 && c->untied);
+    assert_int_equal(strata_model_find_tensor(f.m, "h.0.attn.qkv.weight"), -1);
+    const strata_tensor_info_t *q =
+        strata_model_tensor(f.m, strata_model_find_tensor(f.m, "h.0.attn.q.weight"));
+    const strata_tensor_info_t *kv =
+        strata_model_tensor(f.m, strata_model_find_tensor(f.m, "h.0.attn.kv.weight"));
+    assert_true(q->shape[0] == 16 && q->shape[1] == 16 && kv->shape[0] == 16 &&
+                kv->offset == q->offset + q->count);
+    int lm = strata_model_find_tensor(f.m, "lm_head.weight");
+    assert_true(lm >= 0);
+    int S = strata_model_nsegments(f.m);
+    assert_int_equal(strata_model_tensor(f.m, lm)->segment, S - 1);
+    assert_int_equal(strata_model_head_segment(f.m), S - 1);
+    // The head reads the final segment: acquired again after it, and first in the backward.
+    hook_log_t h = {.m = f.m, .fail_at = -1};
+    h.copy = calloc(strata_model_nparams(f.m), sizeof(float));
+    strata_param_hooks_t hooks = {&h, h_acquire, h_release, h_ready};
+    strata_model_set_hooks(f.m, &hooks);
+    fx_check(&f);
+    const char *want[] = {"af0", "rf0", "af1", "rf1", "af2", "rf2", "af3", "rf3",
+                          "af3", "rf3", "ab3", "rb3", "ab3", "rb3", "g3",  "ab2",
+                          "rb2", "g2",  "ab1", "rb1", "g1",  "ab0", "rb0", "g0"};
+    assert_int_equal(h.n, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < h.n; i++)
+        assert_string_equal(h.calls[i], want[i]);
+    strata_model_set_hooks(f.m, NULL);
+    free(h.copy);
+    fx_close(&f);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -278,12 +317,21 @@ static void test_bad_input(void **state)
     cfg = strata_gpt_config_default();
     cfg.window = -1;
     assert_int_equal(strata_gpt_config_validate(&cfg), STRATA_ERR_INVALID_ARG);
+    cfg = strata_gpt_config_default();
+    cfg.n_kv_head = 3; // does not divide the 4 query heads
+    assert_int_equal(strata_gpt_config_validate(&cfg), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "n_kv_head (3) must divide n_head (4)"));
+    cfg = strata_gpt_config_default();
+    cfg.n_kv_head = 2; // 2 k/v heads cannot be cut 4 ways
+    assert_int_equal(strata_gpt_config_check_tp(&cfg, 4), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "k/v heads (n_kv_head 2)"));
     // Every option survives the JSON form (what checkpoints record).
     cfg = strata_gpt_config_default();
     strata_gpt_config_llama(&cfg);
     cfg.parallel = true;
     cfg.window = 5;
     cfg.rope_theta = 500000.f;
+    cfg.n_kv_head = 2;
     char json[1024];
     assert_true(strata_gpt_config_to_json(&cfg, json, sizeof json) > 0);
     strata_gpt_config_t back = strata_gpt_config_default();
@@ -293,7 +341,8 @@ static void test_bad_input(void **state)
     assert_string_equal(again, json);
     assert_true(back.parallel && back.window == 5 && back.no_bias &&
                 back.norm == STRATA_GPT_NORM_RMSNORM && back.mlp == STRATA_GPT_MLP_SWIGLU &&
-                back.pos == STRATA_GPT_POS_ROPE && back.rope_theta == 500000.f);
+                back.pos == STRATA_GPT_POS_ROPE && back.rope_theta == 500000.f &&
+                back.n_kv_head == 2 && back.untied);
     strata_model_destroy(m);
 }
 
@@ -303,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_matches_torch),
         cmocka_unit_test(test_parallel_swa_matches_torch),
         cmocka_unit_test(test_llama_matches_torch),
+        cmocka_unit_test(test_llama_gqa_matches_torch),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_bad_input),
     };

@@ -24,7 +24,10 @@ static void usage(FILE *f)
             "  --window W         sliding-window attention over the last W keys [0 = full]\n"
             "  --norm layernorm|rmsnorm  --mlp gelu|swiglu  --pos learned|rope  --no-bias\n"
             "  --rope-theta X     RoPE base [10000]\n"
+            "  --kv-heads N       grouped-query attention: N k/v heads, dividing --heads [= heads]\n"
+            "  --untied           the head has its own weight (lm_head), not the embedding's\n"
             "  --llama            the Llama shape: --norm rmsnorm --mlp swiglu --pos rope --no-bias\n"
+            "                     --untied\n"
             "  --batch N --seq N --steps N  global batch rows, sequence length, steps [8 64 100]\n"
             "  --optimizer adamw|lamb --lr X --min-lr X --warmup N --wd X --clip X\n"
             "  --seed N --threads N   (BLAS threads; 0 = OpenBLAS default)\n"
@@ -243,7 +246,7 @@ int cmd_train(int argc, char **argv)
            O_NONFINITE, O_MEMDIR, O_MEMEVERY, O_STRAGGLER, O_TP, O_SP, O_ORDER, O_NOOVERLAP,
            O_PP, O_VP, O_SCHEDULE, O_MICRO, O_PPLAYERS, O_PPSVG, O_PLAN, O_HARVEST, O_POOLOPT,
            O_PRECISION, O_PARALLEL, O_WINDOW, O_NORM, O_MLP, O_POS, O_NOBIAS, O_THETA, O_LLAMA,
-           O_PREFETCH, O_HELP };
+           O_KVHEADS, O_UNTIED, O_PREFETCH, O_HELP };
     static const struct option opts[] = {
         {"config", 1, 0, O_CONFIG},     {"data", 1, 0, O_DATA},       {"layers", 1, 0, O_LAYERS},
         {"heads", 1, 0, O_HEADS},       {"dim", 1, 0, O_DIM},         {"ff", 1, 0, O_FF},
@@ -268,7 +271,8 @@ int cmd_train(int argc, char **argv)
         {"precision", 1, 0, O_PRECISION},
         {"parallel-block", 0, 0, O_PARALLEL}, {"window", 1, 0, O_WINDOW}, {"norm", 1, 0, O_NORM},
         {"mlp", 1, 0, O_MLP},           {"pos", 1, 0, O_POS},         {"no-bias", 0, 0, O_NOBIAS},
-        {"rope-theta", 1, 0, O_THETA},  {"llama", 0, 0, O_LLAMA},
+        {"rope-theta", 1, 0, O_THETA},  {"llama", 0, 0, O_LLAMA},     {"kv-heads", 1, 0, O_KVHEADS},
+        {"untied", 0, 0, O_UNTIED},
         {"prefetch", 1, 0, O_PREFETCH},
         {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
     int c;
@@ -407,6 +411,8 @@ int cmd_train(int argc, char **argv)
         case O_NOBIAS: cfg.model.no_bias = true; break;
         case O_THETA: FLT(1.001, 1e12, cfg.model.rope_theta); break;
         case O_LLAMA: strata_gpt_config_llama(&cfg.model); break;
+        case O_KVHEADS: INT(1, 65536, cfg.model.n_kv_head); break;
+        case O_UNTIED: cfg.model.untied = true; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
