@@ -723,6 +723,63 @@ static void test_bf16(void **state)
     run(8, &r, "bf16 grads 3-level");
 }
 
+/* Stage 3 follows the head's segment (head_segment): an untied head reads the final segment again
+ * after the forward's last acquire, and first in the backward. The engine keeps that segment
+ * gathered from the forward through the backward's own acquires of it (one gather) and prefetches
+ * the segment that really comes next. Told the tied head's segment 0 instead, it frees the final
+ * one between its uses and gathers it again, and prefetches segment 0 for nothing. */
+static int head_order(int rank, int n, void *arg)
+{
+    (void)n;
+    int head = *(const int *)arg;
+    strata_comm_t *c = st_test_comm();
+    enum { S = 3, CNT = 40 };
+    float p[S * CNT], g[S * CNT];
+    for (int j = 0; j < S * CNT; j++)
+        p[j] = (float)j, g[j] = (float)rank;
+    strata_zero_segment_t segs[S] = {{0, CNT}, {CNT, CNT}, {2 * CNT, CNT}};
+    strata_zero_config_t cfg = strata_zero_config_default();
+    cfg.stage = 3;
+    cfg.nparams = S * CNT;
+    cfg.nsegments = S;
+    cfg.segments = segs;
+    cfg.head_segment = head;
+    strata_zero_t *z;
+    ST_RANK_CHECK_OK(strata_zero_create(c, &cfg, p, g, &z));
+    // The model's order for an untied head: forward 0, 1, 2, head 2; backward head 2, then 2, 1, 0.
+    static const int order[][2] = {{0, 0}, {1, 0}, {2, 0}, {2, 0}, {2, 1}, {2, 1}, {1, 1}, {0, 1}};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const float *w;
+        int s = order[i][0];
+        ST_RANK_CHECK_OK(strata_zero_acquire(z, s, order[i][1], &w));
+        for (int j = 0; j < CNT; j++)
+            if (w[j] != (float)(s * CNT + j))
+                return ST_RANK_FAIL("segment %d gathered %g at %d", s, (double)w[j], j);
+        ST_RANK_CHECK_OK(strata_zero_release(z, s, order[i][1]));
+        if (i >= 5)
+            ST_RANK_CHECK_OK(strata_zero_grad_ready(z, s));
+    }
+    strata_zero_stats_t st = strata_zero_stats(z);
+    // Forward 0, 1, 2 (2 kept for the head and the backward), backward 1 and 0: 5. Told wrong, the
+    // engine gathers more.
+    if (head == S - 1 ? st.gathers_issued != 5 : st.gathers_issued <= 5)
+        return ST_RANK_FAIL("head segment %d: %llu gathers (untied head's order: 5)", head,
+                            (unsigned long long)st.gathers_issued);
+    strata_zero_destroy(z);
+    strata_comm_destroy(c);
+    return 0;
+}
+
+static void test_head_segment(void **state)
+{
+    (void)state;
+    int untied = 2, tied = 0;
+    if (st_test_ranks(2, head_order, &untied, NULL) != 0)
+        fail_msg("untied head's order");
+    if (st_test_ranks(2, head_order, &tied, NULL) != 0)
+        fail_msg("the order told wrong");
+}
+
 /* Bad configurations are refused with a message, collectively (no rank hangs). */
 static int bad_configs(int rank, int n, void *arg)
 {
@@ -750,6 +807,11 @@ static int bad_configs(int rank, int n, void *arg)
         return ST_RANK_FAIL("qgZ with bf16 gradients was accepted (or unexplained): %s",
                             strata_last_error());
     cfg.quant_grads = cfg.bf16_grads = false;
+    cfg.head_segment = 2;
+    if (strata_zero_create(c, &cfg, p, g, &z) != STRATA_ERR_INVALID_ARG ||
+        !strstr(strata_last_error(), "head segment 2"))
+        return ST_RANK_FAIL("a head segment past the last was accepted");
+    cfg.head_segment = 0;
     cfg.stage = 3;
     cfg.ntiers = 1;
     cfg.tier_colors[0] = rank == 0 ? 0 : 1; // groups of 1 and n-1: unequal
@@ -774,7 +836,7 @@ int main(void)
         cmocka_unit_test(test_stages_flat), cmocka_unit_test(test_hier),
         cmocka_unit_test(test_quant_bound), cmocka_unit_test(test_quant),
         cmocka_unit_test(test_bf16_bound), cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_dead_peer),
+        cmocka_unit_test(test_dead_peer), cmocka_unit_test(test_head_segment),
         cmocka_unit_test(test_bad_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
