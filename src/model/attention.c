@@ -17,12 +17,18 @@
  * k/v head) pair, its group's query heads one after the other, so the k/v gradients are summed in
  * head order by one thread, whatever the threads.
  *
+ * At bf16 the products read q, k, v and the output gradient from copies rounded once per pass
+ * (each thread holding them, st_operand_hold_copy), not from each block's operands rounded for
+ * every product: those are read by many products (k and v by every later row block), about 4x
+ * the values of the copies at T = 256.
+ *
  * Storage of P (and of the backward's dP / dS scratch): each row keeps only its block's computed
  * keys, in a band of st_attention_band(T, W) columns: row i's key j at i * band + j - k0, k0 the
  * first key of i's block. Without a window the band is T and k0 0 (the full T x T rows); with one
  * it is about W + 64 wide, so P takes T (W + 64) floats a head instead of T^2. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "model/layers.h"
@@ -58,6 +64,8 @@ int st_attention_band(int T, int window)
 typedef struct att_job {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *patt;
+    uint16_t *qkv16, *dout16; /* the rounded copies (NULL: none) */
+    size_t nqkv, ndout;       /* their floats */
     int T, C, NH, NKV, window, band;
 } att_job_t;
 
@@ -79,6 +87,36 @@ static inline int qkv_ld(const att_job_t *j)
     return j->C + 2 * j->C / j->NH * j->NKV;
 }
 
+/* Rounds x (n floats) into copy once, on the calling thread's products' behalf too; false (copy
+ * unused) at fp32, without a copy, or when it could not be held. */
+static bool round_copy(const float *x, size_t n, uint16_t *copy)
+{
+    if (!copy || !st_operand_hold_copy(x, n, copy, true))
+        return false;
+    st_operand_release(x);
+    return true;
+}
+
+/* A piece's thread holds the job's rounded copies for its products; where one cannot be held, the
+ * products round those operands themselves, to the same bits. Returns what to release. */
+typedef struct held_pair {
+    bool qkv, dout;
+} held_pair_t;
+
+static held_pair_t hold_copies(const att_job_t *j)
+{
+    return (held_pair_t){j->qkv16 && st_operand_hold_copy(j->qkv, j->nqkv, j->qkv16, false),
+                         j->dout16 && st_operand_hold_copy(j->dout, j->ndout, j->dout16, false)};
+}
+
+static void release_copies(const att_job_t *j, held_pair_t h)
+{
+    if (h.qkv)
+        st_operand_release(j->qkv);
+    if (h.dout)
+        st_operand_release(j->dout);
+}
+
 /* Heads [h0, h1) of the B * NH (batch row, head) pairs. */
 ST_VEC_CLONES
 static void forward_heads(void *ctx, size_t h0, size_t h1)
@@ -87,6 +125,7 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
     int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
     int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
     float scale = 1.f / sqrtf((float)hs);
+    held_pair_t held = hold_copies(job);
     for (size_t bh = h0; bh < h1; bh++) {
         int b = (int)(bh / (size_t)NH), h = (int)(bh % (size_t)NH);
         const float *x = job->qkv + (size_t)b * T * ld; // batch row b's tokens
@@ -119,15 +158,18 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
                      o + (size_t)r0 * C, C);
         }
     }
+    release_copies(job, held);
 }
 
 /* The (batch row, head) pairs are independent: spread over the threads, each its own products. */
-void st_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
-                          int NKV, int window)
+void st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qkv16, int B, int T,
+                          int C, int NH, int NKV, int window)
 {
     att_job_t j = att_job(qkv, T, C, NH, NKV, window);
     j.out = out;
     j.att = att;
+    j.nqkv = (size_t)B * T * qkv_ld(&j);
+    j.qkv16 = round_copy(qkv, j.nqkv, qkv16) ? qkv16 : NULL;
     st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
 }
 
@@ -201,22 +243,28 @@ static void backward_groups(void *ctx, size_t g0, size_t g1)
     const att_job_t *job = ctx;
     int G = job->NH / job->NKV;
     float *ds = job->scratch + (size_t)st_parallel_index() * job->T * job->band; // dP, then dS
+    held_pair_t held = hold_copies(job);
     for (size_t bg = g0; bg < g1; bg++) {
         int b = (int)(bg / (size_t)job->NKV), g = (int)(bg % (size_t)job->NKV);
         for (int h = g * G; h < (g + 1) * G; h++)
             backward_head(job, ds, b, h, h == g * G);
     }
+    release_copies(job, held);
 }
 
 void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
-                           const float *qkv, const float *att, int B, int T, int C, int NH,
-                           int NKV, int window)
+                           const float *qkv, const float *att, uint16_t *qkv16, uint16_t *dout16,
+                           int B, int T, int C, int NH, int NKV, int window)
 {
     att_job_t j = att_job(qkv, T, C, NH, NKV, window);
     j.dqkv = dqkv;
     j.scratch = scratch;
     j.dout = dout;
     j.patt = att;
+    j.nqkv = (size_t)B * T * qkv_ld(&j);
+    j.ndout = (size_t)B * T * C;
+    j.qkv16 = round_copy(qkv, j.nqkv, qkv16) ? qkv16 : NULL;
+    j.dout16 = round_copy(dout, j.ndout, dout16) ? dout16 : NULL;
     size_t pairs = (size_t)B * NKV, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
     st_parallel_products(pairs, per, backward_groups, &j);
 }

@@ -711,6 +711,7 @@ void strata_model_destroy(strata_gpt_t *m)
     free(m->grads);
     free(m->w16);
     free(m->w16_ok);
+    free(m->att16);
     free(m->acts);
     free(m);
 }

@@ -65,7 +65,9 @@ struct strata_gpt {
     float *params, *grads;
     uint16_t *w16; /* bf16: the parameters the last forward rounded (pass.c), allocated on first use */
     bool *w16_ok;  /* [nseg] segment's w16 holds what its last forward read */
-    bool no_copies; /* bf16 products round every operand themselves (w16, a16 unused): for tests */
+    uint16_t *att16; /* bf16: attention's rounded qkv, then room for its output gradient (pass.c) */
+    bool no_copies; /* bf16 products round every operand themselves (w16, a16, att16 unused): for
+                       tests */
     int ntensors;
     strata_tensor_info_t *tensors;
     char *names; /* storage of the tensor names */

@@ -127,6 +127,21 @@ static bool slot_a16(strata_gpt_t *m, slot_t *sl)
     return true;
 }
 
+/* The attention's operand copies (st_attention_forward's qkv16, then the backward's dout16),
+ * allocated at the first bf16 pass; NULL at fp32, with no_copies, or without the memory (each
+ * attention product then rounds its operands). One pair serves every block: each pass rounds its
+ * block's operands again. */
+static uint16_t *att_copies(strata_gpt_t *m)
+{
+    if (m->no_copies || strata_blas_precision() != STRATA_PREC_BF16)
+        return NULL;
+    if (!m->att16) {
+        size_t N = (size_t)m->max_batch * m->cfg.max_seq;
+        m->att16 = malloc(N * (size_t)(st_qkv_width(m) + m->Cl) * sizeof *m->att16);
+    }
+    return m->att16;
+}
+
 /* The activations a block holds for its products: released together (held_release). */
 typedef struct held_acts {
     const float *x[ACT_KINDS];
@@ -238,7 +253,8 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
                                 st_qkv_width(m), false));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
-    st_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, m->NHl, m->NKVl, c->window);
+    st_attention_forward(a->atty, a->att, a->qkv, att_copies(m), B, T, Cl, m->NHl, m->NKVl,
+                         c->window);
     st_model_progress(m);
     hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * Cl, true);
     // The parallel block's MLP reads ln1 too and adds to res1 = x + attn: no norm reads res1, so
@@ -448,8 +464,10 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, ST_AT(g, o->projb), m->dres,
                               a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
-    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, B, T, Cl,
-                          m->NHl, m->NKVl, c->window);
+    uint16_t *qkv16 = att_copies(m);
+    uint16_t *d16 = qkv16 ? qkv16 + (size_t)N * st_qkv_width(m) : NULL;
+    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, qkv16, d16,
+                          B, T, Cl, m->NHl, m->NKVl, c->window);
     rope(m, m->dqkv, B, T, true);
     st_model_progress(m);
     if (split)

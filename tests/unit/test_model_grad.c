@@ -285,7 +285,7 @@ typedef struct { float *qkv, *att; int B, T, C, NH, NKV, W; } at_t;
 static void at_fwd(void *c, float *out)
 {
     at_t *a = c;
-    st_attention_forward(out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->NKV, a->W);
+    st_attention_forward(out, a->att, a->qkv, NULL, a->B, a->T, a->C, a->NH, a->NKV, a->W);
 }
 /* Plain-loop causal attention in double, forward (out) and backward (dqkv, written) for the output
  * gradient d: the reference the blocked kernel must match element by element. Query i attends keys
@@ -373,7 +373,7 @@ static void check_attention_gqa(int B, int T, int C, int NH, int NKV, int W)
     for (size_t i = 0; i < T * band; i++)
         scratch[i] = NAN;
     at_fwd(&a, out);
-    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, B, T, C, NH, NKV, W);
+    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, NULL, NULL, B, T, C, NH, NKV, W);
     attention_ref(ref, dref, a.qkv, R, B, T, C, NH, NKV, W);
     expect_near("attn.out", T, out, ref, nout);
     expect_near("attn.dqkv", T, dqkv, dref, nq);
