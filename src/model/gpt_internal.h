@@ -43,6 +43,8 @@ typedef struct block_acts {
     float *dqkv, *dproj, *dfc, *dfc2;
     uint16_t *h16[ACT_KINDS]; /* bf16: the kept copies, in the slot's a16 (NULL until first used) */
     unsigned h16_ok;          /* bit k: h16[k] holds what the last forward rounded */
+    unsigned h16_only;        /* bit k: ... and only there: that forward wrote no float32 values
+                                 (the MLP's activation, rounded by its kernel) */
 } block_acts_t;
 
 /* One micro-batch's activations: a slot (pipeline chunks hold several). */

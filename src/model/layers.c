@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/gemm.h"
 #include "model/layers.h"
 #include "model/parallel_range.h"
 #include "model/vecmath.h"
@@ -299,28 +300,51 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
  * the column sums read dinp again). */
 typedef struct gelu_job {
     float *pre, *out, *dbias;
+    uint16_t *out16;
     const float *bias, *inp, *dout;
     int N, OC;
 } gelu_job_t;
+
+/* Columns a row's activation is computed in before it is stored (at bf16 rounded from there). */
+#define ACT_TILE 256
+
+/* Stores a tile y of w activations: rounded into o16 when there is one (y is then scratch; the
+ * conversion every other bf16 operand gets, on the CPU's bf16 units), else computed in place in the
+ * output already. */
+static inline void act_store(uint16_t *o16, const float *y, int w)
+{
+    if (o16)
+        st_gemm_bf16_round(o16, y, 1, w, w);
+}
 
 ST_VEC_CLONES
 static void bias_gelu_rows(void *ctx, size_t n0, size_t n1)
 {
     const gelu_job_t *g = ctx;
     int OC = g->OC;
-    for (size_t n = n0; n < n1; n++) {
-        float *p = g->pre + n * OC, *o = g->out + n * OC;
-        for (int j = 0; j < OC; j++) {
-            float x = p[j] + g->bias[j];
-            p[j] = x;
-            o[j] = gelu(x);
+    float tile[ACT_TILE];
+    for (size_t n = n0; n < n1; n++)
+        for (int c0 = 0; c0 < OC; c0 += ACT_TILE) {
+            int w = OC - c0 < ACT_TILE ? OC - c0 : ACT_TILE;
+            size_t at = n * OC + (size_t)c0;
+            float *p = g->pre + at, *y = g->out16 ? tile : g->out + at;
+            if (g->bias)
+                for (int j = 0; j < w; j++) {
+                    float x = p[j] + g->bias[c0 + j];
+                    p[j] = x;
+                    y[j] = gelu(x);
+                }
+            else
+                for (int j = 0; j < w; j++)
+                    y[j] = gelu(p[j]);
+            act_store(g->out16 ? g->out16 + at : NULL, y, w);
         }
-    }
 }
 
-void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC)
+void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *bias, int N,
+                          int OC)
 {
-    gelu_job_t g = {.pre = pre, .out = out, .bias = bias, .N = N, .OC = OC};
+    gelu_job_t g = {.pre = pre, .out = out, .out16 = out16, .bias = bias, .N = N, .OC = OC};
     st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), bias_gelu_rows, &g);
 }
 
@@ -354,14 +378,27 @@ void st_add_inplace(float *out, const float *inp, size_t n)
 }
 
 ST_VEC_CLONES
-void st_swiglu_forward(float *out, const float *gu, int N, int F)
+static void swiglu_rows(void *ctx, size_t n0, size_t n1)
 {
-    for (int n = 0; n < N; n++) {
-        const float *g = gu + (size_t)n * 2 * F, *u = g + F;
-        float *o = out + (size_t)n * F;
-        for (int i = 0; i < F; i++)
-            o[i] = g[i] / (1.f + st_exp(-g[i])) * u[i];
-    }
+    const gelu_job_t *j = ctx;
+    int F = j->OC;
+    float tile[ACT_TILE];
+    for (size_t n = n0; n < n1; n++)
+        for (int c0 = 0; c0 < F; c0 += ACT_TILE) {
+            int w = F - c0 < ACT_TILE ? F - c0 : ACT_TILE;
+            const float *g = j->inp + n * 2 * F + c0, *u = g + F;
+            size_t at = n * F + (size_t)c0;
+            float *y = j->out16 ? tile : j->out + at;
+            for (int i = 0; i < w; i++)
+                y[i] = g[i] / (1.f + st_exp(-g[i])) * u[i];
+            act_store(j->out16 ? j->out16 + at : NULL, y, w);
+        }
+}
+
+void st_swiglu_forward(float *out, uint16_t *out16, const float *gu, int N, int F)
+{
+    gelu_job_t j = {.out = out, .out16 = out16, .inp = gu, .N = N, .OC = F};
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(F), swiglu_rows, &j);
 }
 
 ST_VEC_CLONES

@@ -82,16 +82,20 @@ void st_gelu_forward(float *out, const float *inp, size_t n);
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* Fused bias + GeLU: pre[N,OC] += bias (pre holds the product without its bias; it becomes the
- * pre-activation backward needs), out = gelu(pre). */
-void st_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC);
+ * pre-activation backward needs; bias NULL: pre is only read), out = gelu(pre); with out16 not
+ * NULL the values go rounded to bf16 into out16 instead of out (the copy the next product reads,
+ * which then has no pass of its own to round them). Rows over the threads. */
+void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *bias, int N,
+                          int OC);
 /* Its backward: dinp[N,OC] = gelu'(inp) * dout (written; may alias dout), dbias[OC] += column sums
  * of dinp. */
 void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
                            int OC);
 
 /* SwiGLU: out[N,F] = silu(g) * u, where gu[N,2F] holds the gate g (columns [0, F)) and the up
- * projection u (columns [F, 2F)) of each row; silu(g) = g * sigmoid(g). */
-void st_swiglu_forward(float *out, const float *gu, int N, int F);
+ * projection u (columns [F, 2F)) of each row; silu(g) = g * sigmoid(g); out16 as for
+ * st_bias_gelu_forward. Rows over the threads. */
+void st_swiglu_forward(float *out, uint16_t *out16, const float *gu, int N, int F);
 /* dgu[N,2F] = the gradients of g and u (written, not accumulated). */
 void st_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/bf16.h"
 #include "model/gpt_internal.h"
 #include "model/layers.h"
 #include "model/parallel_range.h"
@@ -148,20 +149,44 @@ typedef struct held_acts {
 } held_acts_t;
 
 /* Holds a's activation `kind` (x, n floats) for the products: in the forward rounded into its kept
- * copy (round), in the backward that copy read again by the weight gradient's product. */
-static void hold_act(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind, const float *x,
+ * copy (round), in the backward that copy read again by the weight gradient's product. When the
+ * forward left the copy alone holding the values (h16_only) and it cannot be held now, the values
+ * are widened into x, so the products read them from x to the same bits. */
+static void hold_act(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind, float *x,
                      size_t n, bool round)
 {
     unsigned bit = 1u << kind;
     if (round)
-        a->h16_ok &= ~bit;
+        a->h16_ok &= ~bit, a->h16_only &= ~bit;
     bool kept = round || (a->h16_ok & bit);
     if (!a->h16[kind] || m->no_copies || !kept ||
-        !st_operand_hold_copy(x, n, a->h16[kind], round))
+        !st_operand_hold_copy(x, n, a->h16[kind], round)) {
+        if (!round && (a->h16_only & bit)) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = st_bf16_to_f32(a->h16[kind][i]);
+            a->h16_only &= ~bit;
+        }
         return;
+    }
     if (round)
         a->h16_ok |= bit;
     h->x[kind] = x;
+}
+
+/* Holds a's activation `kind` (x, n floats) with its kept copy for the kernel about to compute x to
+ * fill instead of x: returns the copy, or NULL when none is held (the kernel writes x then). */
+static uint16_t *hold_act_out(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int kind,
+                              float *x, size_t n)
+{
+    unsigned bit = 1u << kind;
+    a->h16_ok &= ~bit;
+    a->h16_only &= ~bit;
+    if (!a->h16[kind] || m->no_copies || !st_operand_hold_copy(x, n, a->h16[kind], false))
+        return NULL;
+    a->h16_ok |= bit;
+    a->h16_only |= bit;
+    h->x[kind] = x;
+    return a->h16[kind];
 }
 
 static void held_release(held_acts_t *h)
@@ -274,13 +299,13 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     ST_TRY(st_tp_column_forward(m, a->fch, mlp_input(m, a), p + o->fcw, fused ? NULL : fcb, N, C,
                                 m->Gl, c->parallel));
     st_model_progress(m);
+    // At bf16 the activation's kernel rounds it straight into its kept copy, which the row layer's
+    // product reads: no float32 values are written, and no pass rounds them.
+    uint16_t *a16 = hold_act_out(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * Fl);
     if (c->mlp == STRATA_GPT_MLP_SWIGLU)
-        st_swiglu_forward(a->fch_gelu, a->fch, N, Fl);
-    else if (fused)
-        st_bias_gelu_forward(a->fch, a->fch_gelu, fcb, N, Fl);
+        st_swiglu_forward(a->fch_gelu, a16, a->fch, N, Fl);
     else
-        st_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Fl);
-    hold_act(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * Fl, true);
+        st_bias_gelu_forward(a->fch, a->fch_gelu, a16, fused ? fcb : NULL, N, Fl);
     return st_tp_row_forward(m, a->res2, a->fch_gelu, p + o->fc2w, ST_AT(p, o->fc2b), NULL, N, Fl,
                              C);
 }

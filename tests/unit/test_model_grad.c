@@ -6,6 +6,7 @@
  * clipping factor. And at bf16, the weights and activations the forward rounds and the backward
  * reads again give the bits of products rounding every operand themselves. */
 #include "harness/st_test.h"
+#include "base/bf16.h"
 #include "base/sumsq.h"
 #include "model/gpt_internal.h"
 #include "model/layers.h"
@@ -115,7 +116,7 @@ typedef struct { float *gu; int N, F; } sw_t;
 static void sw_fwd(void *c, float *out)
 {
     sw_t *g = c;
-    st_swiglu_forward(out, g->gu, g->N, g->F);
+    st_swiglu_forward(out, NULL, g->gu, g->N, g->F);
 }
 static void test_swiglu(void **state)
 {
@@ -214,7 +215,7 @@ static void bg_fwd(void *c, float *out)
 {
     bg_t *g = c;
     memcpy(g->tmp, g->pre, (size_t)g->N * g->OC * sizeof(float));
-    st_bias_gelu_forward(g->tmp, out, g->bias, g->N, g->OC);
+    st_bias_gelu_forward(g->tmp, out, NULL, g->bias, g->N, g->OC);
 }
 static void test_bias_gelu(void **state)
 {
@@ -248,6 +249,39 @@ static void test_bias_gelu(void **state)
     assert_memory_equal(d, d2, n * sizeof(float));
     free(g.pre), free(g.bias), free(g.tmp), free(out), free(R), free(d), free(db);
     free(x), free(y), free(d2), free(db2);
+}
+
+/* The MLP activations' bf16 output (the kept copy the next product reads): each value the float32
+ * output rounded, with the bias, without it (GeLU alone, pre only read) and for SwiGLU, across the
+ * kernel's column tiles (a partial last one) and over several threads' rows. */
+static void test_act_bf16_out(void **state)
+{
+    (void)state;
+    int N = 67, OC = 600;
+    size_t n = (size_t)N * OC;
+    float *pre = rnd(n, 3), *bias = rnd(OC, 1), *p1 = zeros(n), *p2 = zeros(n), *out = zeros(n);
+    float *gu = rnd(2 * n, 3);
+    uint16_t *o16 = calloc(n, sizeof *o16);
+    strata_blas_set_threads(2);
+    for (int k = 0; k < 3; k++) {
+        const float *b = k == 0 ? bias : NULL;
+        memcpy(p1, pre, n * sizeof(float));
+        memcpy(p2, pre, n * sizeof(float));
+        if (k < 2) {
+            st_bias_gelu_forward(p1, out, NULL, b, N, OC);
+            st_bias_gelu_forward(p2, NULL, o16, b, N, OC);
+            assert_memory_equal(p1, p2, n * sizeof(float)); // the pre-activation written alike
+        } else {
+            st_swiglu_forward(out, NULL, gu, N, OC);
+            st_swiglu_forward(NULL, o16, gu, N, OC);
+        }
+        for (size_t i = 0; i < n; i++) // (no subnormal values here, which the units flush)
+            if (o16[i] != st_f32_to_bf16(out[i]))
+                fail_msg("kernel %d: value %zu rounded to %#x, float32 %g", k, i, o16[i],
+                         (double)out[i]);
+    }
+    strata_blas_set_threads(1);
+    free(pre), free(bias), free(p1), free(p2), free(out), free(gu), free(o16);
 }
 
 /* The residual add fused into the norms' pass: bit for bit the add then the norm, and x holds the
@@ -615,6 +649,21 @@ static void bf16_copies(const strata_gpt_config_t *opts)
     strata_model_set_hooks(c, &hooks);
     float *gc = grads_of(c, tok, tgt);
     assert_memory_equal(gb, gc, P * sizeof(float));
+    // A backward whose holds all fail (every slot of this thread taken after the forward): its
+    // products round the float32 operands themselves, the MLP activation's widened from the copy
+    // its kernel wrote instead of float32 values.
+    assert_int_equal(strata_model_forward(b, tok, tgt, 2, 6, &l), STRATA_OK);
+    enum { SLOTS = 64 };
+    float dummy[SLOTS][4] = {{0}};
+    uint16_t d16[SLOTS][4];
+    int taken = 0;
+    while (taken < SLOTS && st_operand_hold_copy(dummy[taken], 4, d16[taken], false))
+        taken++;
+    assert_true(taken > 0 && taken < SLOTS);
+    assert_int_equal(strata_model_backward(b), STRATA_OK);
+    for (int k = 0; k < taken; k++)
+        st_operand_release(dummy[k]);
+    assert_memory_equal(strata_model_grad_arena(b), gr, P * sizeof(float));
     free(ga), free(gb), free(gc), free(gr);
     strata_model_destroy(a);
     strata_model_destroy(b);
@@ -779,6 +828,7 @@ int main(void)
         cmocka_unit_test(test_model_fd),  cmocka_unit_test(test_bf16_copies),
         cmocka_unit_test(test_optim_pieces),
         cmocka_unit_test(test_schedule_clip), cmocka_unit_test(test_threads_bitwise),
+        cmocka_unit_test(test_act_bf16_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
