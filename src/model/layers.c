@@ -303,41 +303,54 @@ typedef struct gelu_job {
     uint16_t *out16;
     const float *bias, *inp, *dout;
     int N, OC;
+    bool swiglu; /* act_rows: SwiGLU of inp (gate | up), not GeLU of pre */
 } gelu_job_t;
 
 /* Columns a row's activation is computed in before it is stored (at bf16 rounded from there). */
 #define ACT_TILE 256
 
-/* Stores a tile y of w activations: rounded into o16 when there is one (y is then scratch; the
- * conversion every other bf16 operand gets, on the CPU's bf16 units), else computed in place in the
- * output already. */
-static inline void act_store(uint16_t *o16, const float *y, int w)
+/* GeLU of row n's columns [c0, c0 + w) into y, the bias added into pre first when there is one. */
+static inline void gelu_tile(const gelu_job_t *g, size_t n, int c0, int w, float *y)
 {
-    if (o16)
-        st_gemm_bf16_round(o16, y, 1, w, w);
+    float *p = g->pre + n * (size_t)g->OC + c0;
+    if (g->bias)
+        for (int j = 0; j < w; j++) {
+            float x = p[j] + g->bias[c0 + j];
+            p[j] = x;
+            y[j] = gelu(x);
+        }
+    else
+        for (int j = 0; j < w; j++)
+            y[j] = gelu(p[j]);
 }
 
-ST_VEC_CLONES
-static void bias_gelu_rows(void *ctx, size_t n0, size_t n1)
+/* SwiGLU of row n's columns [c0, c0 + w) into y (inp: gate | up, 2 OC columns a row). */
+static inline void swiglu_tile(const gelu_job_t *j, size_t n, int c0, int w, float *y)
 {
-    const gelu_job_t *g = ctx;
-    int OC = g->OC;
+    const float *g = j->inp + n * 2 * (size_t)j->OC + c0, *u = g + j->OC;
+    for (int i = 0; i < w; i++)
+        y[i] = g[i] / (1.f + st_exp(-g[i])) * u[i];
+}
+
+/* The MLP activation of rows [n0, n1), tile by tile: computed in place in out, or in a scratch
+ * tile then rounded into out16 (the conversion every other bf16 operand gets, on the CPU's units). */
+ST_VEC_CLONES
+static void act_rows(void *ctx, size_t n0, size_t n1)
+{
+    const gelu_job_t *j = ctx;
+    int OC = j->OC;
     float tile[ACT_TILE];
     for (size_t n = n0; n < n1; n++)
         for (int c0 = 0; c0 < OC; c0 += ACT_TILE) {
             int w = OC - c0 < ACT_TILE ? OC - c0 : ACT_TILE;
             size_t at = n * OC + (size_t)c0;
-            float *p = g->pre + at, *y = g->out16 ? tile : g->out + at;
-            if (g->bias)
-                for (int j = 0; j < w; j++) {
-                    float x = p[j] + g->bias[c0 + j];
-                    p[j] = x;
-                    y[j] = gelu(x);
-                }
+            float *y = j->out16 ? tile : j->out + at;
+            if (j->swiglu)
+                swiglu_tile(j, n, c0, w, y);
             else
-                for (int j = 0; j < w; j++)
-                    y[j] = gelu(p[j]);
-            act_store(g->out16 ? g->out16 + at : NULL, y, w);
+                gelu_tile(j, n, c0, w, y);
+            if (j->out16)
+                st_gemm_bf16_round(j->out16 + at, y, 1, w, w);
         }
 }
 
@@ -345,7 +358,7 @@ void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *
                           int OC)
 {
     gelu_job_t g = {.pre = pre, .out = out, .out16 = out16, .bias = bias, .N = N, .OC = OC};
-    st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), bias_gelu_rows, &g);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), act_rows, &g);
 }
 
 /* By column stripes: each bias gradient sums its column in row order, whatever the threads. */
@@ -377,28 +390,10 @@ void st_add_inplace(float *out, const float *inp, size_t n)
         out[i] += inp[i];
 }
 
-ST_VEC_CLONES
-static void swiglu_rows(void *ctx, size_t n0, size_t n1)
-{
-    const gelu_job_t *j = ctx;
-    int F = j->OC;
-    float tile[ACT_TILE];
-    for (size_t n = n0; n < n1; n++)
-        for (int c0 = 0; c0 < F; c0 += ACT_TILE) {
-            int w = F - c0 < ACT_TILE ? F - c0 : ACT_TILE;
-            const float *g = j->inp + n * 2 * F + c0, *u = g + F;
-            size_t at = n * F + (size_t)c0;
-            float *y = j->out16 ? tile : j->out + at;
-            for (int i = 0; i < w; i++)
-                y[i] = g[i] / (1.f + st_exp(-g[i])) * u[i];
-            act_store(j->out16 ? j->out16 + at : NULL, y, w);
-        }
-}
-
 void st_swiglu_forward(float *out, uint16_t *out16, const float *gu, int N, int F)
 {
-    gelu_job_t j = {.out = out, .out16 = out16, .inp = gu, .N = N, .OC = F};
-    st_parallel_range((size_t)N, ST_ROW_GRAIN(F), swiglu_rows, &j);
+    gelu_job_t j = {.out = out, .out16 = out16, .inp = gu, .N = N, .OC = F, .swiglu = true};
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(F), act_rows, &j);
 }
 
 ST_VEC_CLONES
