@@ -19,8 +19,8 @@
  *
  * At bf16 the products read q, k, v and the output gradient from copies rounded once per pass
  * (each thread holding them, st_operand_hold_copy), not from each block's operands rounded for
- * every product: those are read by many products (k and v by every later row block), about 4x
- * the values of the copies at T = 256.
+ * every product: those are read by several products (k and v by every later row block), about
+ * 2.4 times the copies' values at T = 256.
  *
  * Storage of P (and of the backward's dP / dS scratch): each row keeps only its block's computed
  * keys, in a band of st_attention_band(T, W) columns: row i's key j at i * band + j - k0, k0 the
