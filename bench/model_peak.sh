@@ -6,15 +6,18 @@
 # Targets (issue 19): strata >= 1.6x torch at every size, >= 85% of the peak at 85M.
 # Both programs run under the same OpenBLAS core (--openblas-core: env, the environment's, by
 # default; auto, OpenBLAS's own detection; or a name), printed with the library strata's products use.
+# --repeat R runs each line R times (strata then torch, in turn) and prints each column's median: on
+# a shared machine one pair's ratio moves by several percent from run to run.
 # Usage: bench/model_peak.sh [--steps N] [--threads "1 2"] [--sizes "3.3M 85M"] [--precisions "fp32 bf16"]
-#                            [--openblas-core env|auto|NAME]
+#                            [--openblas-core env|auto|NAME] [--repeat R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=12 threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16" core=env
+repeat=1
 while (($#)); do
     case "$1" in
     --steps) steps=$2 ;; --threads) threads=$2 ;; --sizes) sizes=$2 ;; --precisions) precisions=$2 ;;
-    --openblas-core) core=$2 ;;
+    --openblas-core) core=$2 ;; --repeat) repeat=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -26,17 +29,26 @@ printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s  %-16s %-14s %s\n' size prec thread
 for size in $sizes; do
     for prec in $precisions; do
         for th in $threads; do
-            # shellcheck disable=SC2086
-            out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "$steps" --threads "$th" \
-                --precision "$prec" --openblas-core "$core")
-            s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
-            t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
-            r=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")
-            pk=$(sed -nE 's/^peak measured by strata: ([0-9]+) GFLOP.*/\1/p' <<<"$out")
-            lib=$(sed -nE "s/^strata's products: (.*)/\1/p" <<<"$out")
-            oc=$(sed -nE 's/^OpenBLAS core: (.*)/\1/p' <<<"$out")
-            printf '%-6s %-5s %-7s %12s %12s %6sx %8s%% %8s%%  %-16s %-14s %s\n' "$size" "$prec" \
-                "$th" "${s% *}" "${t% *}" "$r" "${s#* }" "${t#* }" "$pk GFLOP/s" "$lib" "$oc"
+            rows=""
+            for ((r = 0; r < repeat; r++)); do
+                # shellcheck disable=SC2086
+                out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "$steps" --threads "$th" \
+                    --precision "$prec" --openblas-core "$core")
+                s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
+                t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
+                ratio=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")
+                pk=$(sed -nE 's/^peak measured by strata: ([0-9]+) GFLOP.*/\1/p' <<<"$out")
+                lib=$(sed -nE "s/^strata's products: (.*)/\1/p" <<<"$out")
+                oc=$(sed -nE 's/^OpenBLAS core: (.*)/\1/p' <<<"$out")
+                rows+="${s% *} ${t% *} $ratio ${s#* } ${t#* } $pk"$'\n'
+            done
+            # Each column's median over the repeats (the middle one, or the mean of the two middle).
+            read -r st tt ratio sm tm pk < <(/usr/bin/python3 -c '
+import statistics, sys
+cols = list(zip(*[map(float, l.split()) for l in sys.stdin if l.strip()]))
+print(" ".join("%g" % statistics.median(c) for c in cols))' <<<"$rows")
+            printf '%-6s %-5s %-7s %12.1f %12.1f %6.2fx %8.1f%% %8.1f%%  %-16s %-14s %s\n' "$size" "$prec" \
+                "$th" "$st" "$tt" "$ratio" "$sm" "$tm" "$pk GFLOP/s" "$lib" "$oc"
         done
     done
 done
