@@ -382,6 +382,11 @@ STRATA_API strata_status_t strata_model_backward(strata_gpt_t *m);
  * those before the window). */
 STRATA_API double strata_model_flops_per_token(const strata_gpt_t *m, int T);
 
+/* Forward FLOPs per token of one block of cfg (validated or not) whose queries attend `keys` keys:
+ * its products 2 (C (C + 2 KV) + C^2 + 2 C F, 3 C F for SwiGLU; KV the k/v width) and the attention
+ * 4 keys C. The pipeline's cut weighs blocks by it; strata_model_flops_per_token is built on it. */
+STRATA_API double strata_gpt_config_block_flops(const strata_gpt_config_t *cfg, int keys);
+
 /* ---- BLAS -------------------------------------------------------------------------------------- */
 
 /* Sets the thread count of the matrix products (OpenBLAS's, and oneDNN's OpenMP threads for the

@@ -782,15 +782,20 @@ const float *strata_model_logits(const strata_gpt_t *m)
     return m->slot[0].logits;
 }
 
+double strata_gpt_config_block_flops(const strata_gpt_config_t *c, int keys)
+{
+    double C = c->d_model, F = c->d_ff ? c->d_ff : 4.0 * C;
+    double KV = C / c->n_head * (c->n_kv_head ? c->n_kv_head : c->n_head);
+    double mlp = (c->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
+    return 2 * (C * (C + 2 * KV) + C * C + mlp) + 4.0 * keys * C;
+}
+
 double strata_model_flops_per_token(const strata_gpt_t *m, int T)
 {
     const strata_gpt_config_t *c = &m->cfg;
-    double C = c->d_model, F = c->d_ff, L = c->n_layer;
-    double KV = C / c->n_head * c->n_kv_head;
-    double mlp = (c->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
-    double matmul = L * (C * (C + 2 * KV) + C * C + mlp) + (double)c->vocab * C; // incl. the head
-    double keys = c->window > 0 && c->window < T ? c->window : T;
-    double attn = L * 2.0 * keys * C; // qk^T and att v, dense (within the window)
-    return 6.0 * matmul + 6.0 * attn;
+    int keys = c->window > 0 && c->window < T ? c->window : T; // dense within the window
+    // Forward + backward: 3 x the forward of every block and of the head (2 C V).
+    double blocks = c->n_layer * strata_gpt_config_block_flops(c, keys);
+    return 3.0 * (blocks + 2.0 * c->vocab * c->d_model);
 }
 

@@ -342,12 +342,6 @@ static strata_status_t check_slot(const strata_gpt_t *m, int slot)
     return STRATA_OK;
 }
 
-/* The segment of the head's weight (see strata_gpt_t.head_seg). */
-static int head_seg(const strata_gpt_t *m)
-{
-    return m->head_seg;
-}
-
 strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
                                            const int32_t *tokens, const float *input,
                                            const int32_t *targets, int B, int T, float *loss)
@@ -419,7 +413,7 @@ strata_status_t strata_model_forward_chunk(strata_gpt_t *m, int chunk, int slot,
     }
     strata_trace_begin("compute", "head.fwd");
     WITH_SEG(m, m->seg_final, false, PARAMS_PLAIN, p, final_norm_forward(m, sl, p, x, xres, R));
-    WITH_SEG(m, head_seg(m), false, PARAMS_ROUND, p, head_forward(m, sl, p, N));
+    WITH_SEG(m, m->head_seg, false, PARAMS_ROUND, p, head_forward(m, sl, p, N));
     st_model_progress(m);
     sl->logits_valid = true;
     if (targets) {
@@ -559,7 +553,7 @@ static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g,
 
 static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p, int N)
 {
-    return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[head_seg(m)] + m->headw, NULL,
+    return st_tp_column_backward(m, m->dbuf, m->grads + m->seg_off[m->head_seg] + m->headw, NULL,
                                  sl->logits, sl->lnf, p + m->headw, N, m->cfg.d_model, m->Vl,
                                  false);
 }
@@ -568,7 +562,7 @@ static strata_status_t head_backward(strata_gpt_t *m, slot_t *sl, const float *p
 static strata_status_t head_backward_seg(strata_gpt_t *m, slot_t *sl, int N)
 {
     const float *p = NULL;
-    WITH_SEG(m, head_seg(m), true, PARAMS_REUSE, p, head_backward(m, sl, p, N));
+    WITH_SEG(m, m->head_seg, true, PARAMS_REUSE, p, head_backward(m, sl, p, N));
     return STRATA_OK;
 }
 

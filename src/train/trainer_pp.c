@@ -11,23 +11,13 @@
 #include "strata/trace.h"
 #include "train/trainer.h"
 
-/* Forward FLOPs per token of one block and of the head (the planner's per-layer cost): the
- * products 2 x (2C^2 + 2 C KV + 2CF, 3CF for SwiGLU; KV the k/v width) and the attention 4TC; the
- * head 2CV. The embedding lookup is free. */
-static double block_cost(const strata_gpt_config_t *m, int seq)
-{
-    double C = m->d_model, F = m->d_ff ? m->d_ff : 4.0 * C;
-    double KV = m->n_kv_head ? C / m->n_head * m->n_kv_head : C;
-    double mlp = (m->mlp == STRATA_GPT_MLP_SWIGLU ? 3 : 2) * C * F;
-    return 2 * (2 * C * C + 2 * C * KV + mlp) + 4.0 * seq * C;
-}
-
 /* Layers per chunk (C chunks) that make the most expensive chunk as cheap as possible (the last
  * chunk also carries the head): a search over every cut, C x L^2. */
 static void balance(const strata_gpt_config_t *m, int seq, int C, int *count)
 {
     int L = m->n_layer;
-    double lay = block_cost(m, seq), head = 2.0 * m->d_model * m->vocab;
+    // Each block's and the head's forward FLOPs per token (the embedding lookup is free).
+    double lay = strata_gpt_config_block_flops(m, seq), head = 2.0 * m->d_model * m->vocab;
     // best[c][l]: the least max cost of the first l layers in c chunks; cut[c][l]: chunk c-1's start.
     double *best = malloc(sizeof(double) * (size_t)(C + 1) * (size_t)(L + 1));
     int *cut = malloc(sizeof(int) * (size_t)(C + 1) * (size_t)(L + 1));

@@ -321,6 +321,16 @@ static void test_bad_input(void **state)
     cfg.n_kv_head = 3; // does not divide the 4 query heads
     assert_int_equal(strata_gpt_config_validate(&cfg), STRATA_ERR_INVALID_ARG);
     assert_non_null(strstr(strata_last_error(), "n_kv_head (3) must divide n_head (4)"));
+    // The FLOP count under GQA (C 64, F 256, k/v width 32, 64 keys), unvalidated and validated:
+    // 2 (64 (64 + 64) + 64^2 + 2 64 256) + 4 64 64 = 106496 a block's forward, per token.
+    cfg = strata_gpt_config_default();
+    cfg.n_kv_head = 2;
+    assert_true(strata_gpt_config_block_flops(&cfg, 64) == 106496.0);
+    strata_gpt_t *gqa = NULL;
+    assert_int_equal(strata_model_create(&cfg, 1, 1, &gqa), STRATA_OK);
+    assert_true(strata_gpt_config_block_flops(strata_model_config(gqa), 64) == 106496.0);
+    assert_true(strata_model_flops_per_token(gqa, 64) == 3.0 * (2 * 106496.0 + 2.0 * 256 * 64));
+    strata_model_destroy(gqa);
     cfg = strata_gpt_config_default();
     cfg.n_kv_head = 2; // 2 k/v heads cannot be cut 4 ways
     assert_int_equal(strata_gpt_config_check_tp(&cfg, 4), STRATA_ERR_INVALID_ARG);
