@@ -124,7 +124,7 @@ static void xent_head(int N, int C, int V, int reps)
             uint16_t *h = fused ? st_operand_hold(dl, N, V, V, false) : NULL;
             st_xent_backward(dl, h, logits, lse, tgt, 0, N, V, 1.f / (float)N);
             st_matmul_backward_input(dx, dl, wte, N, C, V);
-            st_matmul_backward_weight(dw, NULL, dl, lnf, N, C, V);
+            st_matmul_backward_weight(dw, NULL, dl, lnf, N, C, V, 1.f);
             if (h)
                 st_operand_release(dl);
             record(&t, fused, t0, r);

@@ -64,20 +64,40 @@ const char *strata_blas_f32_library(void)
     return f32_onednn ? "oneDNN" : "OpenBLAS";
 }
 
-void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc)
+/* st_sgemm plus a bias row added to every row of C (NULL: none; with one, alpha 1 and beta 0). */
+static void sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, const float *bias, float *C,
+                  int ldc)
 {
     pthread_once(&gemm_once, choose_gemm);
     if (M > 0 && N > 0 && K > 0) {
         bool bf16 = atomic_load_explicit(&precision, memory_order_relaxed) == STRATA_PREC_BF16;
-        if (bf16 && st_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        if (bf16 && st_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C,
+                                 ldc) == 0)
             return;
-        if (f32_onednn &&
-            st_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        if (f32_onednn && st_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias,
+                                      C, ldc) == 0)
             return;
+    }
+    if (bias) { // OpenBLAS: C starts as the bias rows, the product adds onto them
+        for (int r = 0; r < M; r++)
+            memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof(float));
+        beta = 1.f;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void st_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc)
+{
+    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
+}
+
+void st_sgemm_bias(int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, const float *bias, float *C, int ldc)
+{
+    sgemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, bias, C, ldc);
 }
 
 uint16_t *st_operand_hold(const float *x, int rows, int cols, int ld, bool round)

@@ -14,15 +14,16 @@ bool st_gemm_onednn_ready(void);
 const char *st_gemm_bf16_units(void);
 
 /* st_sgemm's contract (row-major C = alpha op(A) op(B) + beta C) in float32 on oneDNN's kernels for
- * this CPU. 0 on success; -1 when it cannot run (no oneDNN engine, out of memory, a oneDNN error),
- * C then untouched: the caller computes it with OpenBLAS instead. M, N, K > 0. */
+ * this CPU, plus bias (N floats, NULL for none; with one, alpha is 1 and beta 0) added to every
+ * row. 0 on success; -1 when it cannot run (no oneDNN engine, out of memory, a oneDNN error), C
+ * then untouched: the caller computes it with OpenBLAS instead. M, N, K > 0. */
 int st_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc);
+                const float *B, int ldb, float beta, const float *bias, float *C, int ldc);
 
 /* The same with A and B rounded to bf16 and the products accumulated in float32; -1 also without
  * bf16 units (the caller computes in float32 instead). */
 int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc);
+                 const float *B, int ldb, float beta, const float *bias, float *C, int ldc);
 
 /* The same on operands already in bf16 and packed: op(A)'s storage is M x K (K x M when ta) with no
  * padding, likewise B's K x N (N x K when tb). For the peak measurement. */

@@ -1,9 +1,10 @@
 /* The model's matrix products on oneDNN's matmul (gemm.h): in float32, on the operands as they are,
  * and at STRATA_PREC_BF16, with both operands rounded to bf16 into per-thread scratch and
  * multiplied on the CPU's AMX or AVX512-BF16 units with float32 accumulation. alpha is the output
- * scale and beta a sum post-op, so the contract is sgemm's. Why oneDNN: its kernels are built for
- * the CPU it runs on (Debian's OpenBLAS 0.3.21 runs Haswell's AVX2 kernels on some AVX-512 CPUs, at
- * half oneDNN's fp32 speed there, and is built without cblas_sbgemm), and its threads are OpenMP's,
+ * scale, beta a sum post-op and a bias row the product's bias argument, so the contract is
+ * sgemm's (plus the bias). Why oneDNN: its kernels are built for the CPU it runs on (Debian's
+ * OpenBLAS 0.3.21 runs Haswell's AVX2 kernels on some AVX-512 CPUs, at half oneDNN's fp32 speed
+ * there, and is built without cblas_sbgemm), and its threads are OpenMP's,
  * the model's own, where OpenBLAS keeps a second pool that competes for the cores.
  *
  * A oneDNN primitive is built for one shape, at tens of microseconds, so each thread keeps a
@@ -34,6 +35,7 @@
 typedef struct prim_key {
     int bf16; /* the operands' type: bf16 (1) or f32 (0) */
     int ta, tb, M, N, K, lda, ldb, ldc;
+    int bias; /* a bias row added to every row of C (1) or none (0) */
     float alpha, beta;
 } prim_key_t;
 
@@ -42,7 +44,7 @@ typedef struct prim {
     uint64_t last; /* use tick, for least-recently-used eviction */
     prim_key_t key;
     dnnl_primitive_t p;
-    dnnl_memory_t a, b, c;
+    dnnl_memory_t a, b, c, bias; /* bias: NULL without */
 } prim_t;
 
 #define HELD_SLOTS 8
@@ -80,6 +82,7 @@ static void prim_free(prim_t *s)
     dnnl_memory_destroy(s->a);
     dnnl_memory_destroy(s->b);
     dnnl_memory_destroy(s->c);
+    dnnl_memory_destroy(s->bias);
     s->used = false;
 }
 
@@ -170,14 +173,15 @@ static dnnl_status_t desc(dnnl_memory_desc_t *md, int rows, int cols, bool trans
 
 static dnnl_status_t build(prim_t *s, const prim_key_t *k)
 {
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t a, b, c, bias;
     dnnl_status_t e;
     dnnl_data_type_t dt = k->bf16 ? dnnl_bf16 : dnnl_f32;
     if ((e = desc(&a, k->M, k->K, k->ta, k->lda, dt)) || (e = desc(&b, k->K, k->N, k->tb, k->ldb, dt)) ||
-        (e = desc(&c, k->M, k->N, false, k->ldc, dnnl_f32)))
+        (e = desc(&c, k->M, k->N, false, k->ldc, dnnl_f32)) ||
+        (e = desc(&bias, 1, k->N, false, k->N, dnnl_f32)))
         return e;
     dnnl_matmul_desc_t md;
-    if ((e = dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)))
+    if ((e = dnnl_matmul_desc_init(&md, &a, &b, k->bias ? &bias : NULL, &c)))
         return e;
     dnnl_primitive_attr_t attr;
     if ((e = dnnl_primitive_attr_create(&attr)))
@@ -200,13 +204,15 @@ static dnnl_status_t build(prim_t *s, const prim_key_t *k)
     dnnl_primitive_desc_destroy(pd);
     if (e)
         return e;
-    s->a = s->b = s->c = NULL;
+    s->a = s->b = s->c = s->bias = NULL;
     if ((e = dnnl_memory_create(&s->a, &a, engine, DNNL_MEMORY_NONE)) ||
         (e = dnnl_memory_create(&s->b, &b, engine, DNNL_MEMORY_NONE)) ||
-        (e = dnnl_memory_create(&s->c, &c, engine, DNNL_MEMORY_NONE))) {
+        (e = dnnl_memory_create(&s->c, &c, engine, DNNL_MEMORY_NONE)) ||
+        (k->bias && (e = dnnl_memory_create(&s->bias, &bias, engine, DNNL_MEMORY_NONE)))) {
         dnnl_primitive_destroy(s->p);
         dnnl_memory_destroy(s->a);
         dnnl_memory_destroy(s->b);
+        dnnl_memory_destroy(s->c);
         return e;
     }
     s->key = *k;
@@ -298,16 +304,20 @@ static void pack_bf16(uint16_t *dst, const float *x, int rows, int cols, int ld)
 
 /* The product on bf16 (or f32) storage with leading dimensions lda, ldb (of A's and B's storage). */
 static int gemm_ld(gemm_cache_t *g, bool bf16, int ta, int tb, int M, int N, int K, float alpha,
-                   const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+                   const void *A, int lda, const void *B, int ldb, float beta, const float *bias,
+                   float *C, int ldc)
 {
-    prim_key_t k = {bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+    prim_key_t k = {bf16, ta, tb, M, N, K, lda, ldb, ldc, bias != NULL, alpha, beta};
     prim_t *s = lookup(g, &k);
     if (!s || dnnl_memory_set_data_handle(s->a, (void *)A) ||
-        dnnl_memory_set_data_handle(s->b, (void *)B) || dnnl_memory_set_data_handle(s->c, C))
+        dnnl_memory_set_data_handle(s->b, (void *)B) || dnnl_memory_set_data_handle(s->c, C) ||
+        (bias && dnnl_memory_set_data_handle(s->bias, (void *)bias)))
         return -1;
-    dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_SRC, s->a}, {DNNL_ARG_WEIGHTS, s->b}, {DNNL_ARG_DST, s->c}};
-    if (dnnl_primitive_execute(s->p, g->stream, 3, args) || dnnl_stream_wait(g->stream))
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->a},
+                               {DNNL_ARG_WEIGHTS, s->b},
+                               {DNNL_ARG_DST, s->c},
+                               {DNNL_ARG_BIAS, s->bias}};
+    if (dnnl_primitive_execute(s->p, g->stream, bias ? 4 : 3, args) || dnnl_stream_wait(g->stream))
         return -1;
     return 0;
 }
@@ -318,7 +328,8 @@ int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const 
     gemm_cache_t *g = bf16_cache();
     if (!g)
         return -1;
-    return gemm_ld(g, true, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+    return gemm_ld(g, true, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, NULL, C,
+                   ldc);
 }
 
 /* ---- held operands ---------------------------------------------------------------------------- */
@@ -458,16 +469,16 @@ static const uint16_t *operand(gemm_cache_t *g, const float *x, int rows, int co
 }
 
 int st_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc)
+                const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
 {
     gemm_cache_t *g = cache();
     if (!g)
         return -1;
-    return gemm_ld(g, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_ld(g, false, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
 }
 
 int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
+                 const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
 {
     gemm_cache_t *g = bf16_cache();
     if (!g)
@@ -479,5 +490,5 @@ int st_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *
                           : NULL;
     if (!b)
         return -1;
-    return gemm_ld(g, true, ta, tb, M, N, K, alpha, a, ha, b, hb, beta, C, ldc);
+    return gemm_ld(g, true, ta, tb, M, N, K, alpha, a, ha, b, hb, beta, bias, C, ldc);
 }

@@ -446,7 +446,9 @@ static strata_status_t set_chunks(strata_gpt_t *m)
     m->names = calloc((size_t)maxt, 64);
     m->seg_off = calloc((size_t)m->nseg, sizeof(size_t));
     m->seg_cnt = calloc((size_t)m->nseg, sizeof(size_t));
-    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt)
+    m->wgrad_fresh = calloc((size_t)m->nseg, sizeof(bool));
+    m->wgrad_beta = 1.f;
+    if (!m->tensors || !m->names || !m->seg_off || !m->seg_cnt || !m->wgrad_fresh)
         return st_error(STRATA_ERR_NO_MEMORY, "model: out of memory");
     return STRATA_OK;
 }
@@ -707,6 +709,7 @@ void strata_model_destroy(strata_gpt_t *m)
     free(m->names);
     free(m->seg_off);
     free(m->seg_cnt);
+    free(m->wgrad_fresh);
     free(m->params);
     free(m->grads);
     free(m->w16);

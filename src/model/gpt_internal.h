@@ -75,6 +75,9 @@ struct strata_gpt {
     char *names; /* storage of the tensor names */
     int nseg;
     size_t *seg_off, *seg_cnt;
+    bool *wgrad_fresh; /* [nseg] the segment's gradients are zero and its weight gradients unwritten
+                          since strata_model_zero_grads: their products overwrite them (beta 0) */
+    float wgrad_beta;  /* beta of the weight gradients' products being computed (read by tp.c) */
     strata_gpt_layers_t ch;  /* the chunks held (at least one) */
     int *blk;                /* [n_layer] block l's index among the blocks held, or -1 */
     int nblocks;

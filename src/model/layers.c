@@ -201,14 +201,7 @@ void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
 void st_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                        int C, int OC)
 {
-    // The bias rows initialise C and the product accumulates onto them (beta = 1). Not waste:
-    // with beta = 0 OpenBLAS runs its own pass zeroing C first, so this copy replaces that pass
-    // and no separate bias add is needed.
-    if (bias) {
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    }
-    st_sgemm(0, 1, N, OC, C, 1.f, inp, C, w, C, bias ? 1.f : 0.f, out, OC);
+    st_sgemm_bias(0, 1, N, OC, C, inp, C, w, C, bias, out, OC);
 }
 
 void st_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC)
@@ -241,9 +234,9 @@ void st_bias_backward(float *dbias, const float *dout, int N, int OC)
 }
 
 void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
-                               int C, int OC)
+                               int C, int OC, float dw_beta)
 {
-    st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dw, C);
+    st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, dw_beta, dw, C);
     if (dbias)
         st_bias_backward(dbias, dout, N, OC);
 }
@@ -252,7 +245,7 @@ void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *w, int N, int C, int OC, float dinp_beta)
 {
     st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, dinp_beta, dinp, C);
-    st_matmul_backward_weight(dw, dbias, dout, inp, N, C, OC);
+    st_matmul_backward_weight(dw, dbias, dout, inp, N, C, OC, 1.f);
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */

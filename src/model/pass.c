@@ -513,13 +513,32 @@ static void hold_kept(strata_gpt_t *m, block_acts_t *a, held_acts_t *h, int B, i
     hold_act(m, a, h, ACT_MLP, a->fch_gelu, (size_t)N * m->Fl, false);
 }
 
-/* block_backward with the kept activations held. */
-static strata_status_t block_backward_kept(strata_gpt_t *m, block_acts_t *a, float *g,
+/* The weight gradients' products of segment seg's block, about to run, overwrite the gradients
+ * while they are fresh (zeroed and unwritten: not read back, a twentieth of such a product's time
+ * at bf16); after them, and for every other product, they add (wgrad_done). */
+static void wgrad_begin(strata_gpt_t *m, int seg)
+{
+    m->wgrad_beta = m->wgrad_fresh[seg] ? 0.f : 1.f;
+}
+
+static void wgrad_done(strata_gpt_t *m, int seg)
+{
+    m->wgrad_fresh[seg] = false;
+    m->wgrad_beta = 1.f;
+}
+
+/* block_backward of segment seg's block with the kept activations held. */
+static strata_status_t block_backward_kept(strata_gpt_t *m, int seg, block_acts_t *a,
                                            const float *p, const float *x, int B, int T)
 {
     held_acts_t h = {0};
     hold_kept(m, a, &h, B, T);
-    strata_status_t rc = block_backward(m, a, g, p, x, B, T);
+    bool weights = !m->shard.split_backward; // else block_weights computes them later
+    if (weights)
+        wgrad_begin(m, seg);
+    strata_status_t rc = block_backward(m, a, m->grads + m->seg_off[seg], p, x, B, T);
+    if (weights)
+        wgrad_done(m, seg);
     held_release(&h);
     return rc;
 }
@@ -529,24 +548,27 @@ static strata_status_t block_weights_held(strata_gpt_t *m, block_acts_t *a, floa
 {
     const block_layout_t *o = &m->bl;
     int N = B * T, C = m->cfg.d_model, Cl = m->Cl, Fl = m->Fl;
-    st_matmul_backward_weight(g + o->fc2w, NULL, a->dfc2, a->fch_gelu, N, Fl, C);
+    st_matmul_backward_weight(g + o->fc2w, NULL, a->dfc2, a->fch_gelu, N, Fl, C, m->wgrad_beta);
     // GeLU with a bias: block_backward summed its gradient already (st_gelu_bias_backward).
     float *fcb_grad = m->cfg.mlp == STRATA_GPT_MLP_SWIGLU ? ST_AT(g, o->fcb) : NULL;
     ST_TRY(st_tp_column_weight(m, g + o->fcw, fcb_grad, a->dfc, mlp_input(m, a), N, C,
                                m->Gl, false));
     st_model_progress(m);
-    st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C);
+    st_matmul_backward_weight(g + o->projw, NULL, a->dproj, a->atty, N, Cl, C, m->wgrad_beta);
     // The parallel block's ln1, re-gathered for the MLP's weight gradient above (sp).
     return st_tp_column_weight(m, g + o->qkvw, ST_AT(g, o->qkvb), a->dqkv, a->ln1, N, C,
                                st_qkv_width(m), m->cfg.parallel);
 }
 
-/* The weight gradients block_backward left (split_backward), with the kept activations held. */
-static strata_status_t block_weights(strata_gpt_t *m, block_acts_t *a, float *g, int B, int T)
+/* The weight gradients block_backward left (split_backward) for segment seg's block, with the kept
+ * activations held. */
+static strata_status_t block_weights(strata_gpt_t *m, int seg, block_acts_t *a, int B, int T)
 {
     held_acts_t h = {0};
     hold_kept(m, a, &h, B, T);
-    strata_status_t rc = block_weights_held(m, a, g, B, T);
+    wgrad_begin(m, seg);
+    strata_status_t rc = block_weights_held(m, a, m->grads + m->seg_off[seg], B, T);
+    wgrad_done(m, seg);
     held_release(&h);
     return rc;
 }
@@ -618,7 +640,7 @@ static strata_status_t backward(strata_gpt_t *m, int slot, const float *dout, fl
         strata_trace_begin("compute", nm);
         const float *x = l > l0 ? sl->ba[li - 1].res2 : sl->encoded;
         WITH_SEG(m, seg, true, PARAMS_REUSE, p,
-                 block_backward_kept(m, &sl->ba[li], m->grads + m->seg_off[seg], p, x, B, T));
+                 block_backward_kept(m, seg, &sl->ba[li], p, x, B, T));
         strata_trace_end("compute", nm);
         if (ready)
             ST_TRY(grad_ready(m, seg));
@@ -661,7 +683,7 @@ strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
         const char *nm = NAMED(wgt_names, l, "block.wgt");
         strata_trace_begin("compute", nm);
         WITH_SEG(m, seg, true, PARAMS_PLAIN, p,
-                 block_weights(m, &sl->ba[li], m->grads + m->seg_off[seg], sl->B, sl->T));
+                 block_weights(m, seg, &sl->ba[li], sl->B, sl->T));
         strata_trace_end("compute", nm);
     }
     (void)p;
@@ -672,6 +694,8 @@ strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot)
 void strata_model_zero_grads(strata_gpt_t *m)
 {
     st_parallel_zero(m->grads, m->P);
+    for (int s = 0; s < m->nseg; s++)
+        m->wgrad_fresh[s] = true;
 }
 
 strata_status_t strata_model_grads_done(strata_gpt_t *m)
@@ -686,10 +710,8 @@ strata_status_t strata_model_backward(strata_gpt_t *m)
     if (m->ch.n != 1 || !m->has_embed || !m->has_head || m->shard.split_backward)
         return st_error(STRATA_ERR_INVALID_ARG, "model: a model of pipeline chunks or with a split "
                         "backward runs strata_model_backward_chunk");
-    // The kernels accumulate, so the arena is zeroed once here. Writing the first contribution with
-    // beta = 0 instead would not save a pass: OpenBLAS implements beta = 0 as its own zeroing pass
-    // over C before the kernel, and this memset (13 MB at the benchmark size) costs ~0.2 ms of a
-    // ~250 ms step.
+    // The kernels accumulate, so the arena is zeroed once here; the blocks' weight gradients'
+    // products overwrite theirs instead of adding (wgrad_begin): reading them back costs more.
     strata_model_zero_grads(m);
     return backward(m, 0, NULL, 1.f, true);
 }

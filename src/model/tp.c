@@ -101,7 +101,7 @@ static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, fl
     if (m->shard.tp <= 1) {
         st_matmul_backward_input(dx, dy, w, N, C, OC);
         if (dw)
-            st_matmul_backward_weight(dw, dbias, dy, x, N, C, OC);
+            st_matmul_backward_weight(dw, dbias, dy, x, N, C, OC, m->wgrad_beta);
         return STRATA_OK;
     }
     int K = st_tp_chunks(m, N), Nb = N / K;
@@ -127,7 +127,7 @@ static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, fl
     if (rc == STRATA_OK)
         rc = wait_all(m, gh, K);
     if (rc == STRATA_OK && dw) // the weight gradient while the input gradient's sums run
-        st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
+        st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC, m->wgrad_beta);
     strata_status_t r1 = wait_all(m, gh, K), r2 = wait_all(m, rh, K);
     return rc < 0 ? rc : r1 < 0 ? r1 : r2;
 }
@@ -154,7 +154,7 @@ strata_status_t st_tp_column_weight(strata_gpt_t *m, float *dw, float *dbias, co
             ST_TRY(gather_rows(m, x, m->full, N, C));
         xf = m->full;
     }
-    st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC);
+    st_matmul_backward_weight(dw, dbias, dy, xf, N, C, OC, m->wgrad_beta);
     return STRATA_OK;
 }
 
@@ -216,7 +216,7 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
         st_operand_hold(dyf, N, OC, OC, true);
     st_matmul_backward_input(da, dyf, w, N, K, OC);
     if (dw) {
-        st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC);
+        st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC, m->wgrad_beta);
         st_operand_release(dyf);
     } else
         memcpy(keep, dyf, (size_t)N * OC * sizeof(float));

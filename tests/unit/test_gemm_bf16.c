@@ -1,7 +1,7 @@
 /* The model's matrix products against a double-precision reference: at STRATA_PREC_BF16 on the
  * bf16-rounded operands, and in float32 on the library this run's STRATA_GEMM picks (oneDNN or
- * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, strided operands
- * and output, and the odd shapes attention's blocks produce; the run-time choice of units (forced
+ * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, with a bias row,
+ * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice of units (forced
  * down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands; and the precision
  * switch's contract. */
 #include "harness/st_test.h"
@@ -35,21 +35,28 @@ static double round_bf16(float x)
     return st_bf16_to_f32(st_f32_to_bf16(x));
 }
 
-/* C = alpha op(A) op(B) + beta C0 through st_sgemm at the current precision, checked against the
- * reference in double on operands rounded as `bf16` says. */
-static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad, bool bf16)
+/* C = alpha op(A) op(B) + beta C0 through st_sgemm at the current precision (with_bias: op(A) op(B)
+ * + a bias row through st_sgemm_bias; alpha 1, beta 0), checked against the reference in double on
+ * operands rounded as `bf16` says. */
+static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad, bool bf16,
+                  bool with_bias)
 {
     int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
     float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
-    float *C0 = malloc(nc * sizeof *C0);
+    float *C0 = malloc(nc * sizeof *C0), *bias = malloc((size_t)N * sizeof *bias);
+    for (int j = 0; j < N; j++)
+        bias[j] = with_bias ? frand() : 0.f;
     for (size_t i = 0; i < na; i++)
         A[i] = frand();
     for (size_t i = 0; i < nb; i++)
         B[i] = frand();
     for (size_t i = 0; i < nc; i++)
         C[i] = C0[i] = frand();
-    st_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (with_bias)
+        st_sgemm_bias(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    else
+        st_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     double worst = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -61,9 +68,10 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, 
                 ref += p;
                 mag += fabs(p);
             }
-            ref = alpha * ref + beta * C0[(size_t)i * ldc + j];
+            ref = alpha * ref + beta * C0[(size_t)i * ldc + j] + bias[j];
             // float32 accumulation of K terms: a few ulps of the magnitude summed
-            double err = fabs(C[(size_t)i * ldc + j] - ref) / (fabs(alpha) * mag + fabs(beta) + 1e-30);
+            double err = fabs(C[(size_t)i * ldc + j] - ref) /
+                         (fabs(alpha) * mag + fabs(beta) + fabs(bias[j]) + 1e-30);
             worst = err > worst ? err : worst;
         }
     // The padding of C is not written.
@@ -77,6 +85,7 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, 
     free(B);
     free(C);
     free(C0);
+    free(bias);
 }
 
 /* The library STRATA_GEMM asks for is the one the float32 products run on. */
@@ -103,15 +112,19 @@ static void test_products(void **state)
     for (int s = 0; s < 4; s++)
         for (int t = 0; t < 4; t++) {
             const int *d = shapes[s];
-            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.f, 0, bf16);
-            check(t & 1, t >> 1, d[0], d[1], d[2], 0.125f, 1.f, 3, bf16); // attention's scale
-            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.5f, 1, bf16);
+            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.f, 0, bf16, false);
+            check(t & 1, t >> 1, d[0], d[1], d[2], 0.125f, 1.f, 3, bf16, false); // attention's
+            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.5f, 1, bf16, false);
+            check(t & 1, t >> 1, d[0], d[1], d[2], 1.f, 0.f, 2, bf16, true); // a linear layer's
         }
-    // The same shapes again come from the cache of built products; still right.
-    check(0, 1, 64, 96, 32, 1.f, 0.f, 0, bf16);
+    // The same shapes again come from the cache of built products; still right, with and without
+    // the bias (a product of its own).
+    check(0, 1, 64, 96, 32, 1.f, 0.f, 0, bf16, false);
+    check(0, 1, 64, 96, 32, 1.f, 0.f, 0, bf16, true);
     assert_int_equal(strata_blas_set_precision(STRATA_PREC_FP32, &in_effect), STRATA_OK);
     assert_int_equal(in_effect, STRATA_PREC_FP32);
-    check(1, 0, 37, 130, 65, 1.f, 1.f, 2, false);
+    check(1, 0, 37, 130, 65, 1.f, 1.f, 2, false, false);
+    check(0, 1, 37, 130, 65, 1.f, 0.f, 1, false, true);
 }
 
 /* bf16 really is in use: the product of values that bf16 cannot hold differs from float32's by
