@@ -20,10 +20,10 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "base/bf16.h"
@@ -60,7 +60,7 @@ typedef struct held {
 } held_t;
 
 typedef struct gemm_cache {
-    pid_t pid; /* the process whose products made the primitives */
+    unsigned forks; /* `forks` when its primitives were made: another value in a forked child */
     dnnl_stream_t stream;
     uint64_t tick;
     prim_t slot[CACHE_SLOTS];
@@ -70,6 +70,9 @@ typedef struct gemm_cache {
 } gemm_cache_t;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* Forks this process descends from (a fork handler counts them): a thread's cache compares it at
+ * every product, where getpid() would be a system call each time. */
+static _Atomic unsigned forks;
 static dnnl_engine_t engine;
 static const char *units;
 static pthread_key_t cache_key;
@@ -100,9 +103,14 @@ static void cache_free(void *arg)
     free(g);
 }
 
+static void forked(void)
+{
+    atomic_fetch_add(&forks, 1);
+}
+
 static void init_once(void)
 {
-    if (pthread_key_create(&cache_key, cache_free) != 0 ||
+    if (pthread_atfork(NULL, NULL, forked) != 0 || pthread_key_create(&cache_key, cache_free) != 0 ||
         dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
         engine = NULL;
         return;
@@ -132,13 +140,14 @@ static gemm_cache_t *cache(void)
         return NULL;
     bool omp_ok = st_omp_guard(); // oneDNN's threads are OpenMP's
     gemm_cache_t *g = pthread_getspecific(cache_key);
-    if (g && g->pid != getpid()) {
+    unsigned gen = atomic_load_explicit(&forks, memory_order_relaxed);
+    if (g && g->forks != gen) {
         // A forked child inherits the parent's primitives, made for the parent's thread count: run
         // here, one would start a team of OpenMP threads the child does not have and wait for
         // them forever. The child makes its own.
         for (int i = 0; i < CACHE_SLOTS; i++)
             prim_free(&g->slot[i]);
-        g->pid = getpid();
+        g->forks = gen;
     }
     if (g)
         return g;
@@ -147,7 +156,7 @@ static gemm_cache_t *cache(void)
     g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
-    g->pid = getpid();
+    g->forks = gen;
     if (dnnl_stream_create(&g->stream, engine, dnnl_stream_default_flags) != dnnl_success ||
         pthread_setspecific(cache_key, g) != 0) {
         cache_free(g);
