@@ -7,7 +7,8 @@
 # Both programs run under the same OpenBLAS core (--openblas-core: env, the environment's, by
 # default; auto, OpenBLAS's own detection; or a name), printed with the library strata's products use.
 # --repeat R runs each line R times (strata then torch, in turn) and prints each column's median: on
-# a shared machine one pair's ratio moves by several percent from run to run.
+# a shared machine one pair's ratio moves by several percent from run to run. The MFUs are against
+# the highest peak the line's runs measured (the peak printed).
 # Usage: bench/model_peak.sh [--steps N] [--threads "1 2"] [--sizes "3.3M 85M"] [--precisions "fp32 bf16"]
 #                            [--openblas-core env|auto|NAME] [--repeat R]
 set -euo pipefail
@@ -42,11 +43,19 @@ for size in $sizes; do
                 oc=$(sed -nE 's/^OpenBLAS core: (.*)/\1/p' <<<"$out")
                 rows+="${s% *} ${t% *} $ratio ${s#* } ${t#* } $pk"$'\n'
             done
-            # Each column's median over the repeats (the middle one, or the mean of the two middle).
+            # Each column's median over the repeats (the middle one, or the mean of the two middle),
+            # each run's MFU taken against the highest peak any of them measured: load on the
+            # machine only ever lowers a measurement, so the best is the truest peak (one run's
+            # own, measured under a burst of load, has read above 100%).
             read -r st tt ratio sm tm pk < <(/usr/bin/python3 -c '
 import statistics, sys
-cols = list(zip(*[map(float, l.split()) for l in sys.stdin if l.strip()]))
-print(" ".join("%g" % statistics.median(c) for c in cols))' <<<"$rows")
+runs = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+top = max(r[5] for r in runs)
+for r in runs:
+    r[3] *= r[5] / top
+    r[4] *= r[5] / top
+    r[5] = top
+print(" ".join("%g" % statistics.median(c) for c in zip(*runs)))' <<<"$rows")
             printf '%-6s %-5s %-7s %12.1f %12.1f %6.2fx %8.1f%% %8.1f%%  %-16s %-14s %s\n' "$size" "$prec" \
                 "$th" "$st" "$tt" "$ratio" "$sm" "$tm" "$pk GFLOP/s" "$lib" "$oc"
         done
