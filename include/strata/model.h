@@ -324,7 +324,9 @@ STRATA_API strata_status_t strata_model_forward(strata_gpt_t *m, const int32_t *
  * activations on one chunk from its forward until its backward (and weight gradient) is done. The
  * whole-model calls above (strata_model_forward/backward) are slot 0 of a model holding every layer.
  * Gradients accumulate over micro-batches: strata_model_zero_grads once per step, then each
- * micro-batch's backward adds to them; the parameter hooks' acquire/release still run around every
+ * micro-batch's backward adds to them (a block's weight gradients, still clear at its first
+ * backward after the clearing, are written there without being read: write nothing into the arena
+ * between the two); the parameter hooks' acquire/release still run around every
  * segment, grad_ready only from strata_model_grads_done. Rows: the residual stream of R rows (B*T,
  * or B*T/tp under sequence parallelism) is what chunks pass to each other. */
 
@@ -352,7 +354,8 @@ STRATA_API const float *strata_model_chunk_input_grad(const strata_gpt_t *m);
 /* The deferred weight gradients of slot's backward (split_backward only). */
 STRATA_API strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot);
 
-/* Zeroes the gradient arena (before the first micro-batch of a step). */
+/* Zeroes the gradient arena (before the first micro-batch of a step), and marks every segment clear:
+ * its blocks' next backward writes their weight gradients instead of adding to them. */
 STRATA_API void strata_model_zero_grads(strata_gpt_t *m);
 /* The step's gradients are final: sums the replicated tensors' partial gradients over the TP group
  * (sequence parallelism) and calls grad_ready for every segment, last first. */
