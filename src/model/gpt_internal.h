@@ -34,8 +34,8 @@ enum { ACT_LN1, ACT_LN2, ACT_ATTY, ACT_MLP, ACT_KINDS };
 /* Activations of one block, pointers into the activation arena. Rows: the residual stream (x, ln*,
  * res*, their statistics) has R rows (B*T, or B*T/tp with sequence parallelism); the head-split
  * tensors (qkv, atty, att, fch) have all B*T rows and this rank's columns. fch is the MLP's first
- * product (Gl columns: SwiGLU's gate | up), fch_gelu its activation (Fl columns). The parallel
- * block has no ln2 (NULL). */
+ * product (Gl columns: SwiGLU's gate | up), replaced under GeLU by GeLU's derivative there (all its
+ * backward reads), fch_gelu its activation (Fl columns). The parallel block has no ln2 (NULL). */
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res1;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res2;

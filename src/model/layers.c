@@ -259,38 +259,39 @@ static inline float tanh_vec(float u)
     return 1.f - 2.f / (st_exp(2.f * u) + 1.f);
 }
 
-/* gelu_tanh(x) and its derivative: the one formula of the plain and the fused kernels. */
-static inline float gelu(float x)
+/* gelu_tanh(x), and its derivative there in *grad, from one tanh. */
+static inline float gelu(float x, float *grad)
 {
-    float u = GELU_K * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.f + tanh_vec(u));
+    float x2 = x * x;
+    float th = tanh_vec(GELU_K * (x + 0.044715f * x2 * x));
+    float half = 0.5f * (1.f + th);
+    *grad = half + 0.5f * x * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * x2);
+    return x * half;
 }
 
-static inline float gelu_grad(float x)
-{
-    float u = GELU_K * (x + 0.044715f * x * x * x);
-    float th = tanh_vec(u);
-    float sech2 = 1.f - th * th;
-    return 0.5f * (1.f + th) + 0.5f * x * sech2 * GELU_K * (1.f + 3.f * 0.044715f * x * x);
-}
-
+/* The unfused forms, for the fusions' benchmark and tests. */
 ST_VEC_CLONES
 void st_gelu_forward(float *out, const float *inp, size_t n)
 {
+    float grad;
     for (size_t i = 0; i < n; i++)
-        out[i] = gelu(inp[i]);
+        out[i] = gelu(inp[i], &grad);
 }
 
 ST_VEC_CLONES
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dinp[i] = gelu_grad(inp[i]) * dout[i];
+    for (size_t i = 0; i < n; i++) {
+        float grad;
+        (void)gelu(inp[i], &grad);
+        dinp[i] = grad * dout[i];
+    }
 }
 
 /* The fused forms: the bias add rides the GeLU's pass instead of a pass of its own (forward: the
- * bias rows copied into the product's output before the GEMM, which then reads them back; backward:
- * the column sums read dinp again). */
+ * bias rows copied into the product's output before the GEMM, which then reads them back;
+ * backward: the column sums read dinp again), and the forward keeps GeLU's derivative, which
+ * shares its tanh, so the backward is a product (no second tanh, exp and division a value). */
 typedef struct gelu_job {
     float *pre, *out, *dbias;
     uint16_t *out16;
@@ -302,19 +303,17 @@ typedef struct gelu_job {
 /* Columns a row's activation is computed in before it is stored (at bf16 rounded from there). */
 #define ACT_TILE 256
 
-/* GeLU of row n's columns [c0, c0 + w) into y, the bias added into pre first when there is one. */
+/* GeLU of row n's columns [c0, c0 + w) (with the bias when there is one) into y, its derivative
+ * into pre. */
 static inline void gelu_tile(const gelu_job_t *g, size_t n, int c0, int w, float *y)
 {
     float *p = g->pre + n * (size_t)g->OC + c0;
     if (g->bias)
-        for (int j = 0; j < w; j++) {
-            float x = p[j] + g->bias[c0 + j];
-            p[j] = x;
-            y[j] = gelu(x);
-        }
+        for (int j = 0; j < w; j++)
+            y[j] = gelu(p[j] + g->bias[c0 + j], &p[j]);
     else
         for (int j = 0; j < w; j++)
-            y[j] = gelu(p[j]);
+            y[j] = gelu(p[j], &p[j]);
 }
 
 /* SwiGLU of row n's columns [c0, c0 + w) into y (inp: gate | up, 2 OC columns a row). */
@@ -360,20 +359,33 @@ static void gelu_bias_backward_cols(void *ctx, size_t j0, size_t j1)
 {
     const gelu_job_t *g = ctx;
     for (int n = 0; n < g->N; n++) {
-        const float *x_ = g->inp + (size_t)n * g->OC, *d = g->dout + (size_t)n * g->OC;
+        const float *gr = g->inp + (size_t)n * g->OC, *d = g->dout + (size_t)n * g->OC;
         float *di = g->out + (size_t)n * g->OC;
         for (size_t j = j0; j < j1; j++) {
-            di[j] = gelu_grad(x_[j]) * d[j];
+            di[j] = gr[j] * d[j];
             g->dbias[j] += di[j];
         }
     }
 }
 
-void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+/* Without a bias: rows [n0, n1), no sums. */
+ST_VEC_CLONES
+static void gelu_backward_rows(void *ctx, size_t n0, size_t n1)
+{
+    const gelu_job_t *g = ctx;
+    size_t at = n0 * (size_t)g->OC, end = n1 * (size_t)g->OC;
+    for (size_t i = at; i < end; i++)
+        g->out[i] = g->inp[i] * g->dout[i];
+}
+
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *dgelu, const float *dout, int N,
                            int OC)
 {
-    gelu_job_t g = {.out = dinp, .dbias = dbias, .inp = inp, .dout = dout, .N = N, .OC = OC};
-    st_parallel_range((size_t)OC, 64, gelu_bias_backward_cols, &g);
+    gelu_job_t g = {.out = dinp, .dbias = dbias, .inp = dgelu, .dout = dout, .N = N, .OC = OC};
+    if (dbias)
+        st_parallel_range((size_t)OC, 64, gelu_bias_backward_cols, &g);
+    else
+        st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), gelu_backward_rows, &g);
 }
 
 ST_VEC_CLONES

@@ -82,20 +82,21 @@ void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const
 /* dbias[OC] += column sums of dout[N,OC]. */
 void st_bias_backward(float *dbias, const float *dout, int N, int OC);
 
-/* out[n] = gelu_tanh(inp[n]). */
+/* out[n] = gelu_tanh(inp[n]): unfused, as the fusions' benchmark compares. */
 void st_gelu_forward(float *out, const float *inp, size_t n);
-/* dinp[n] = gelu'(inp[n]) * dout[n] (written, not accumulated). */
+/* dinp[n] = gelu'(inp[n]) * dout[n] (written, not accumulated): unfused, from the input. */
 void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
-/* Fused bias + GeLU: pre[N,OC] += bias (pre holds the product without its bias; it becomes the
- * pre-activation backward needs; bias NULL: pre is only read), out = gelu(pre); with out16 not
- * NULL the values go rounded to bf16 into out16 instead of out (the copy the next product reads,
- * which then has no pass of its own to round them). Rows over the threads. */
+/* Fused bias + GeLU (tanh approximation): out = gelu(pre + bias) (bias NULL: gelu(pre)); with
+ * out16 not NULL the values go rounded to bf16 into out16 instead of out (the copy the next product
+ * reads, which then has no pass of its own to round them). pre[N,OC] holds the product without its
+ * bias and becomes GeLU's derivative at the pre-activation, all the backward needs. Rows over the
+ * threads. */
 void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *bias, int N,
                           int OC);
-/* Its backward: dinp[N,OC] = gelu'(inp) * dout (written; may alias dout), dbias[OC] += column sums
- * of dinp. */
-void st_gelu_bias_backward(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+/* Its backward: dinp[N,OC] = dgelu * dout (dgelu: the derivative st_bias_gelu_forward left in pre;
+ * dinp written, and may alias dout), and dbias[OC] += column sums of dinp (dbias NULL: none). */
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *dgelu, const float *dout, int N,
                            int OC);
 
 /* SwiGLU: out[N,F] = silu(g) * u, where gu[N,2F] holds the gate g (columns [0, F)) and the up

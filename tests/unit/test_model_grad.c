@@ -208,8 +208,20 @@ static void test_gelu(void **state)
     free(g.inp), free(out), free(R), free(d);
 }
 
-/* The fused bias + GeLU: by finite differences in the input and the bias, and bit for bit the
- * unfused pair (bias add, then GeLU; GeLU backward, then the bias's column sums). */
+/* GeLU (tanh approximation) and its derivative in double precision, the reference. */
+static double gelu_ref(double x, double *grad)
+{
+    const double k = 0.7978845608028654, a = 0.044715;
+    double th = tanh(k * (x + a * x * x * x));
+    *grad = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * a * x * x);
+    return 0.5 * x * (1 + th);
+}
+
+/* The fused bias + GeLU, with and without the bias: the values and the derivative the forward
+ * leaves in pre against the double-precision formula, the backward by finite differences in the
+ * input and the bias, and everything bit for bit the unfused kernels (GeLU of the biased input,
+ * its backward from that input, the bias gradient as column sums), the input gradient also when
+ * it overwrites the output gradient (as the model calls it). */
 typedef struct { float *pre, *bias, *tmp; int N, OC; } bg_t;
 static void bg_fwd(void *c, float *out)
 {
@@ -222,37 +234,44 @@ static void test_bias_gelu(void **state)
     (void)state;
     int N = 5, OC = 24;
     size_t n = (size_t)N * OC;
-    bg_t g = {rnd(n, 3), rnd(OC, 1), zeros(n), N, OC};
-    float *out = zeros(n), *R = rnd(n, 1), *d = zeros(n), *db = zeros(OC);
-    bg_fwd(&g, out);
-    // g.tmp now holds pre + bias: the pre-activation backward reads
-    st_gelu_bias_backward(d, db, g.tmp, R, N, OC);
-    fd_check("bias_gelu.dpre", bg_fwd, &g, g.pre, n, d, out, R, n);
-    fd_check("bias_gelu.dbias", bg_fwd, &g, g.bias, OC, db, out, R, n);
-    // The unfused pair.
-    float *x = zeros(n), *y = zeros(n), *d2 = zeros(n), *db2 = zeros(OC);
-    for (int r = 0; r < N; r++)
-        for (int j = 0; j < OC; j++)
-            x[(size_t)r * OC + j] = g.pre[(size_t)r * OC + j] + g.bias[j];
-    st_gelu_forward(y, x, n);
-    bg_fwd(&g, out);
-    assert_memory_equal(g.tmp, x, n * sizeof(float));
-    assert_memory_equal(out, y, n * sizeof(float));
-    st_gelu_backward(d2, x, R, n);
-    st_bias_backward(db2, d2, N, OC);
-    assert_memory_equal(d, d2, n * sizeof(float));
-    assert_memory_equal(db, db2, OC * sizeof(float));
-    // dinp may alias dout, as the model calls it.
-    memcpy(d2, R, n * sizeof(float));
-    memset(db2, 0, OC * sizeof(float));
-    st_gelu_bias_backward(d2, db2, x, d2, N, OC);
-    assert_memory_equal(d, d2, n * sizeof(float));
-    free(g.pre), free(g.bias), free(g.tmp), free(out), free(R), free(d), free(db);
-    free(x), free(y), free(d2), free(db2);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        bg_t g = {rnd(n, 3), with_bias ? rnd(OC, 1) : NULL, zeros(n), N, OC};
+        float *out = zeros(n), *R = rnd(n, 1), *d = zeros(n), *db = zeros(OC);
+        bg_fwd(&g, out); // g.tmp: GeLU's derivative
+        for (size_t i = 0; i < n; i++) {
+            double x = g.pre[i] + (g.bias ? g.bias[i % (size_t)OC] : 0.f), dy;
+            double y = gelu_ref(x, &dy);
+            if (fabs(out[i] - y) > 1e-6 * fmax(1, fabs(y)) || fabs(g.tmp[i] - dy) > 1e-5)
+                fail_msg("gelu(%g) = %g, derivative %g; want %g, %g", x, (double)out[i],
+                         (double)g.tmp[i], y, dy);
+        }
+        st_gelu_bias_backward(d, g.bias ? db : NULL, g.tmp, R, N, OC);
+        fd_check("bias_gelu.dpre", bg_fwd, &g, g.pre, n, d, out, R, n);
+        if (g.bias)
+            fd_check("bias_gelu.dbias", bg_fwd, &g, g.bias, OC, db, out, R, n);
+        // The unfused kernels.
+        float *x = zeros(n), *y = zeros(n), *d2 = zeros(n), *db2 = zeros(OC);
+        for (size_t i = 0; i < n; i++)
+            x[i] = g.pre[i] + (g.bias ? g.bias[i % (size_t)OC] : 0.f);
+        bg_fwd(&g, out);
+        st_gelu_forward(y, x, n);
+        assert_memory_equal(out, y, n * sizeof(float));
+        st_gelu_backward(d2, x, R, n);
+        assert_memory_equal(d, d2, n * sizeof(float));
+        if (g.bias) {
+            st_bias_backward(db2, d2, N, OC);
+            assert_memory_equal(db, db2, OC * sizeof(float));
+        }
+        memcpy(d2, R, n * sizeof(float));
+        st_gelu_bias_backward(d2, NULL, g.tmp, d2, N, OC);
+        assert_memory_equal(d, d2, n * sizeof(float));
+        free(g.pre), free(g.bias), free(g.tmp), free(out), free(R), free(d), free(db);
+        free(x), free(y), free(d2), free(db2);
+    }
 }
 
 /* The MLP activations' bf16 output (the kept copy the next product reads): each value the float32
- * output rounded, with the bias, without it (GeLU alone, pre only read) and for SwiGLU, across the
+ * output rounded, with the bias, without it and for SwiGLU, across the
  * kernel's column tiles (a partial last one) and over several threads' rows. */
 static void test_act_bf16_out(void **state)
 {
@@ -270,7 +289,7 @@ static void test_act_bf16_out(void **state)
         if (k < 2) {
             st_bias_gelu_forward(p1, out, NULL, b, N, OC);
             st_bias_gelu_forward(p2, NULL, o16, b, N, OC);
-            assert_memory_equal(p1, p2, n * sizeof(float)); // the pre-activation written alike
+            assert_memory_equal(p1, p2, n * sizeof(float)); // the derivative written alike
         } else {
             st_swiglu_forward(out, NULL, gu, N, OC);
             st_swiglu_forward(NULL, o16, gu, N, OC);
