@@ -96,8 +96,8 @@ static void sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, co
         if (bf16 && st_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias, C,
                                  ldc) == 0)
             return;
-        if (f32_onednn() && st_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, bias,
-                                      C, ldc) == 0)
+        if (f32_onednn() && st_gemm_f32(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                                        bias, C, ldc) == 0)
             return;
     }
     if (bias) { // OpenBLAS: C starts as the bias rows, the product adds onto them
