@@ -26,8 +26,9 @@ for p in "${presets[@]}"; do
     # ASan leaves out the "heavy" tests (the planner's leave-one-out refits: many minutes there).
     [ "$p" = asan ] && labels=(-LE heavy)
     # TSan sleeps 1 s in every process's exit by default (atexit_sleep_ms), so that threads still
-    # running can report; the multi-rank tests fork thousands of ranks whose threads are joined
-    # before exit, and that sleep was most of the phase (mr_p2p_split: 252 s, 50 s without it).
+    # running can report; the multi-rank tests fork many short-lived ranks (mr_p2p_split alone
+    # starts 165 jobs) whose threads are joined before exit, and that sleep was most of the phase
+    # (mr_p2p_split: 252 s, 50 s without it).
     # 50 ms still gives a stray thread time to report.
     [ "$p" = tsan ] &&
         export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp atexit_sleep_ms=50 ${TSAN_OPTIONS:-}"

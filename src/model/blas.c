@@ -1,10 +1,10 @@
 /* The one place strata's model multiplies matrices: the row-major st_sgemm, its precision and
  * thread count, and the measured GEMM peak. Every matrix product of the model (linear layers, the
  * tied head, attention's q k^T and att v per head) comes through st_sgemm, so swapping the BLAS,
- * the precision or counting FLOPs touches only this file. Products run on oneDNN (gemm_onednn.c):
- * float32 on its kernels for this CPU, BF16 rounded to bf16 on its bf16 units; OpenBLAS's sgemm
- * computes what oneDNN cannot run (no engine, out of memory) and everything under
- * STRATA_GEMM=openblas. Pieces of work that multiply matrices side by side go through
+ * the precision or counting FLOPs touches only this file. BF16 products run on oneDNN
+ * (gemm_onednn.c), rounded to bf16 on its bf16 units; float32 ones on oneDNN's kernels for this
+ * CPU or on OpenBLAS's sgemm, as choose_gemm decides, and on OpenBLAS whatever oneDNN cannot run
+ * (no engine, out of memory). Pieces of work that multiply matrices side by side go through
  * st_parallel_products, which keeps OpenBLAS's own threads out of their way. */
 #include <cblas.h>
 #include <omp.h>

@@ -273,9 +273,10 @@ static inline float gelu(float x, float *grad)
 ST_VEC_CLONES
 void st_gelu_forward(float *out, const float *inp, size_t n)
 {
-    float grad;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        float grad;
         out[i] = gelu(inp[i], &grad);
+    }
 }
 
 ST_VEC_CLONES

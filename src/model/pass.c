@@ -466,7 +466,7 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     if (c->mlp == STRATA_GPT_MLP_SWIGLU)
         st_swiglu_backward(m->dfch, a->fch, m->dact, N, Fl);
     else // a->fch holds GeLU's derivative (st_bias_gelu_forward)
-        st_gelu_bias_backward(m->dfch, fused ? dfcb : NULL, a->fch, m->dact, N, Fl);
+        st_gelu_bias_backward(m->dfch, dfcb, a->fch, m->dact, N, Fl);
     if (split)
         memcpy(a->dfc, m->dfch, (size_t)N * Gl * sizeof(float));
     // The parallel block keeps the MLP's d(ln1) for after the attention's; else d(ln2) -> dres.
