@@ -567,11 +567,14 @@ static void test_bad_arguments(void **state)
     run(bad_arguments, 2, NULL, -1);
 }
 
-/* `mr_failure` runs every test but the UCX ones, `mr_failure ucx` only those. */
+/* `mr_failure` runs every test but the UCX ones, `mr_failure ucx` only those, and `mr_failure NAME`
+ * the tests matching NAME (a cmocka pattern: `mr_failure 'test_stopped*'`). */
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "ucx"))
         cmocka_set_test_filter("*_ucx");
+    else if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     else
         cmocka_set_skip_filter("*_ucx");
     const struct CMUnitTest tests[] = {
