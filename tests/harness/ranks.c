@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,60 @@ static const char *rank_env(void)
     return r ? r : "?";
 }
 
+/* ---- the recap of failed jobs ------------------------------------------------------------------
+ * A failing multi-rank test prints many lines (every survivor's warnings, the later tests' output),
+ * and a CI log shows only its head and tail. So the first check that failed in each failed job is
+ * kept and printed again when the test program exits, after cmocka's summary. A rank writes its
+ * failure into a page shared with the parent (the first one wins); the parent copies it into the
+ * recap when the job fails. */
+
+#define RECAP_JOBS 8
+
+typedef struct first_failure {
+    int taken; /* set by the first rank that fails in the current job */
+    char line[1000];
+} first_failure_t;
+
+static first_failure_t *shared_failure; /* MAP_SHARED, inherited by every rank */
+static char recap[RECAP_JOBS][1100];
+static int recap_jobs, recap_failed;
+
+static void print_recap(void)
+{
+    if (!recap_failed)
+        return;
+    fprintf(stderr, "st_test_ranks: %d multi-rank job(s) failed in this run; the first check that "
+            "failed in each%s:\n", recap_failed, recap_failed > RECAP_JOBS ? " (the first 8)" : "");
+    for (int i = 0; i < recap_jobs; i++)
+        fprintf(stderr, "  %s\n", recap[i]);
+}
+
+/* Before a job's forks: the shared page (once per process) and an empty slot. */
+static void recap_begin_job(void)
+{
+    if (!shared_failure) {
+        void *p = mmap(NULL, sizeof *shared_failure, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return; // no recap, nothing else lost
+        shared_failure = p;
+        atexit(print_recap);
+    }
+    __atomic_store_n(&shared_failure->taken, 0, __ATOMIC_RELEASE);
+    shared_failure->line[0] = '\0';
+}
+
+/* After a failed job: what its first failing rank said, or `why` (the parent's own finding). */
+static void recap_failed_job(const char *job_id, const char *why)
+{
+    recap_failed++;
+    if (recap_jobs == RECAP_JOBS)
+        return;
+    bool said = shared_failure && __atomic_load_n(&shared_failure->taken, __ATOMIC_ACQUIRE) == 2;
+    snprintf(recap[recap_jobs++], sizeof recap[0], "job %s: %s", job_id,
+             said ? shared_failure->line : why);
+}
+
 int st_rank_fail(const char *file, int line, const char *fmt, ...)
 {
     char msg[768];
@@ -58,6 +113,13 @@ int st_rank_fail(const char *file, int line, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     say("rank %s: %s:%d: %s", rank_env(), file, line, msg);
+    int free_slot = 0;
+    if (shared_failure && __atomic_compare_exchange_n(&shared_failure->taken, &free_slot, 1, false,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        snprintf(shared_failure->line, sizeof shared_failure->line, "rank %s: %s:%d: %s",
+                 rank_env(), file, line, msg);
+        __atomic_store_n(&shared_failure->taken, 2, __ATOMIC_RELEASE); // the line is complete
+    }
     return 1;
 }
 
@@ -160,19 +222,27 @@ static void make_job(job_t *job, int nranks, const char *secret)
         snprintf(job->secret, sizeof job->secret, "%s", secret);
 }
 
-/* Prints how a rank ended; true if that counts as passing. */
-static bool report(int rank, int status, int expect_fail_rank)
+/* Prints how a rank ended; true if that counts as passing. The first failure's line goes to `why`
+ * when that is still empty. */
+static bool report(int rank, int status, int expect_fail_rank, char *why, size_t why_len)
 {
     const char *note = rank == expect_fail_rank ? " (allowed)" : "";
+    char line[200] = "";
     if (WIFEXITED(status)) {
         if (WEXITSTATUS(status) == 0)
             return true;
-        say("st_test_ranks: rank %d exited with status %d%s", rank, WEXITSTATUS(status), note);
+        snprintf(line, sizeof line, "rank %d exited with status %d%s", rank, WEXITSTATUS(status),
+                 note);
     } else if (WIFSIGNALED(status)) {
-        say("st_test_ranks: rank %d was killed by signal %d (%s)%s", rank, WTERMSIG(status),
-            strsignal(WTERMSIG(status)), note);
+        snprintf(line, sizeof line, "rank %d was killed by signal %d (%s)%s", rank,
+                 WTERMSIG(status), strsignal(WTERMSIG(status)), note);
     }
-    return rank == expect_fail_rank;
+    say("st_test_ranks: %s", line);
+    if (rank == expect_fail_rank)
+        return true;
+    if (!why[0])
+        snprintf(why, why_len, "%s", line);
+    return false;
 }
 
 /* Removes /dev/shm/strata-<job_id>-* (segments of ranks that did not get to clean up). */
@@ -220,12 +290,15 @@ int st_test_ranks(int n, st_rank_fn fn, void *arg, const st_ranks_opts_t *opts)
     fflush(stdout); // or buffered output would be written once per child
     fflush(stderr);
     int live = 0, failed = 0;
+    char why[200] = "";
+    recap_begin_job();
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
         if (pid == 0)
             run_rank(&job, srv, r, fn, arg, o.extra_env);
         if (pid < 0) {
             say("st_test_ranks: fork of rank %d failed: %s", r, strerror(errno));
+            snprintf(why, sizeof why, "fork of rank %d failed: %s", r, strerror(errno));
             failed++;
             break;
         }
@@ -244,7 +317,7 @@ int st_test_ranks(int n, st_rank_fn fn, void *arg, const st_ranks_opts_t *opts)
             if (pids[r] > 0 && waitpid(pids[r], &status, WNOHANG) == pids[r]) {
                 pids[r] = 0;
                 live--;
-                failed += !report(r, status, o.expect_fail_rank);
+                failed += !report(r, status, o.expect_fail_rank, why, sizeof why);
             }
         }
     }
@@ -253,13 +326,18 @@ int st_test_ranks(int n, st_rank_fn fn, void *arg, const st_ranks_opts_t *opts)
             kill(pids[r], SIGKILL);
             waitpid(pids[r], NULL, 0);
             say("st_test_ranks: rank %d was still running after %d ms; killed", r, o.deadline_ms);
+            if (!why[0])
+                snprintf(why, sizeof why, "rank %d was still running after %d ms", r,
+                         o.deadline_ms);
             failed++;
         }
     }
     st_store_server_close(srv, 0);
     remove_shm(job.job_id);
     free(pids);
-    if (failed)
+    if (failed) {
         say("st_test_ranks: %d of %d rank(s) failed (job %s)", failed, n, job.job_id);
+        recap_failed_job(job.job_id, why[0] ? why : "(the harness could not start it: see above)");
+    }
     return failed ? 1 : 0;
 }

@@ -5,7 +5,8 @@
  * STRATA_STORE_ADDR, STRATA_STORE_EXTERNAL=1 and STRATA_SECRET set, and each child's return value
  * from fn(rank, n, arg) becomes its exit status (0 = pass). The parent waits up to the deadline,
  * SIGKILLs stragglers, and returns 0 only if every rank exited 0; otherwise it prints every rank's
- * exit status or signal.
+ * exit status or signal. The first failed check of each failed job is printed again when the
+ * test program exits (CI logs show a long output's head and tail only).
  *
  * Inside a rank function use ST_RANK_* checks, never cmocka's assert_*: a failing assert in a child
  * would jump back into the child's copy of the cmocka runner and run the rest of the suite there.
