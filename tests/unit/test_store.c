@@ -876,6 +876,19 @@ static void test_close_lingers(void **state)
     expect_notice(tool, -1, "lost connection to the store");
     st_store_close(tool, true);
 
+    // A rank reported failed by another (stopped, or cut off without a FIN: its connection stays
+    // open) holds close() no longer: the job was told it is gone.
+    s = start_server(SECRET);
+    a = join(&s, 0);
+    st_store_t *stopped = join(&s, 1);
+    assert_int_equal(st_store_report(a, 1, "stopped responding"), STRATA_OK);
+    st_store_close(a, true);
+    uint64_t t0 = st_now_ns();
+    st_store_server_close(s.srv, LONG_MS);
+    assert_true(st_now_ns() - t0 < (uint64_t)LONG_MS * 1000000u / 2);
+    expect_notice(stopped, -1, "lost connection to the store");
+    st_store_close(stopped, true);
+
     // A rank that never says goodbye holds close() only until the linger expires.
     s = start_server(SECRET);
     a = join(&s, 0);

@@ -55,9 +55,10 @@ strata_status_t st_store_server_start_thread(st_store_server_t *srv);
 /* Number of ranked clients connected and not yet said goodbye. */
 int st_store_server_live_ranks(const st_store_server_t *srv);
 
-/* Stops the thread (if any), first serving until every ranked client has said goodbye or
- * disconnected, or `linger_ms` passed, so a rank-0 host does not pull the store from under peers
- * that are still finishing. Frees everything. NULL is a no-op. */
+/* Stops the thread (if any), first serving until every ranked client has said goodbye,
+ * disconnected or been reported failed by another rank (st_store_report: a stopped rank keeps its
+ * connection open), or `linger_ms` passed, so a rank-0 host does not pull the store from under
+ * peers that are still finishing. Frees everything. NULL is a no-op. */
 void st_store_server_close(st_store_server_t *srv, int linger_ms);
 
 /* A snapshot of the server's counters, safe to take from any thread while the server thread runs

@@ -74,6 +74,7 @@ struct client {
     int fd;
     bool hello_done;
     bool said_bye;
+    bool reported;  /* another rank reported it failed (stopped, cut off): close() does not wait */
     bool refused;   /* HELLO refused: send the answer, then close */
     bool doomed;    /* close at the next safe point */
     bool violation; /* doomed for breaking the protocol (logged at warn) */
@@ -619,9 +620,9 @@ static void on_report(st_store_server_t *srv, client_t *c, uint32_t id, st_rd_t 
     if (r->bad)
         return;
     if (srv->nnotices == 0 && rank >= 0 && c->rank >= 0) {
-        const client_t *culprit = NULL;
+        client_t *culprit = NULL;
         for (int i = 0; i < srv->nclients && !culprit; i++) {
-            const client_t *o = srv->clients[i];
+            client_t *o = srv->clients[i];
             if (o->hello_done && o->rank == rank && !o->said_bye)
                 culprit = o;
         }
@@ -633,6 +634,8 @@ static void on_report(st_store_server_t *srv, client_t *c, uint32_t id, st_rd_t 
         snprintf(reason, sizeof reason, "%.*s (seen by rank %d)",
                  (int)ST_MIN(len, sizeof reason - 32), what ? what : "", c->rank);
         publish(srv, rank, who, culprit, "failed", reason);
+        if (culprit)
+            culprit->reported = true;
     }
     reply_ok(c, id, NULL, 0);
 }
@@ -1017,9 +1020,22 @@ strata_status_t st_store_server_poll(st_store_server_t *srv, int timeout_ms)
 }
 
 /* Serves until no rank is connected without having said goodbye, or the deadline passes. */
+/* True while a rank is connected that has not said goodbye and was not reported failed: one whose
+ * failure is the job's news (stopped, or cut off without a FIN) may hold its connection open for
+ * as long as it is stopped, and the job has already been told it is gone. */
+static bool awaits_ranks(const st_store_server_t *srv)
+{
+    for (int i = 0; i < srv->nclients; i++) {
+        const client_t *c = srv->clients[i];
+        if (c->fd >= 0 && c->hello_done && c->rank >= 0 && !c->said_bye && !c->reported)
+            return true;
+    }
+    return false;
+}
+
 static void serve_linger(st_store_server_t *srv, uint64_t deadline)
 {
-    while (atomic_load(&srv->n_live) > 0 && st_now_ns() < deadline) {
+    while (awaits_ranks(srv) && st_now_ns() < deadline) {
         int ms = st_store_ms_until(deadline);
         if (st_store_server_poll(srv, ms < 0 ? 1000 : ST_MIN(ms, 1000)) < 0) {
             ST_LOG_ERROR(ST_SUB_STORE, "%s", strata_last_error());
