@@ -43,7 +43,8 @@
 #   --mtu M            every link's MTU (default 1500; 9000: jumbo frames, as NetDAM and many
 #                      training fabrics use)
 #   --queue-bytes B    every shaped link queues at most B bytes (tbf limit) instead of 200 ms worth:
-#                      a small B makes bursts overflow and drop packets, real loss (no netem here)
+#                      a small B makes bursts overflow and drop frames, real loss (no netem here);
+#                      the links then send frame by frame (no GSO), as a switch port queues them
 # Every COMMAND runs once per rank, in that rank's namespace, with RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, STRATA_TOPO_PATH and STRATA_TOPO_FILE set (and
 # EMU_DIR, a scratch folder, where the cluster file is EMU_DIR/cluster.json). The script exits
@@ -114,6 +115,7 @@ fi
 [ -z "$loss" ] || command -v nft >/dev/null || { echo "emu_cluster: --loss needs nft (apt-get install nftables)" >&2; exit 2; }
 [ -z "$loss" ] || [ -z "$torus" ] || { echo "emu_cluster: --loss works on the bridges of racks, not on --torus" >&2; exit 2; }
 [[ $mtu =~ ^[0-9]+$ ]] && ((mtu >= 576 && mtu <= 65535)) || { echo "emu_cluster: --mtu must be 576..65535" >&2; exit 2; }
+[ -z "$queue" ] || ((queue >= mtu + 14)) || { echo "emu_cluster: --queue-bytes $queue holds no frame of --mtu $mtu (needs at least $((mtu + 14)): the frame and its Ethernet header)" >&2; exit 2; }
 nz=$((zones > 0 ? zones : 1))
 if [ -n "$rack_hosts" ]; then # racks of the sizes listed
     IFS=, read -ra rsize <<<"$rack_hosts"
@@ -165,10 +167,16 @@ shape() { # shape DEV NS MBIT: tbf on DEV's egress
     ip netns exec "$2" tc qdisc add dev "$1" root tbf rate "$3mbit" burst "$burst" "${room[@]}"
 }
 
+# With --queue-bytes every link sends one frame at a time (no GSO): TCP hands a veth super-packets
+# of up to 64 KiB, which tbf queues whole, so a queue smaller than one of them dropped every large
+# burst outright (a 1 MiB exchange stalled 20 s in retransmission timeouts) where a switch's queue
+# drops frames.
 link_pair() { # link_pair NS_A DEV_A NS_B DEV_B
     ip link add "$2" netns "$1" type veth peer name "$4" netns "$3"
-    ip netns exec "$1" ip link set "$2" mtu "$mtu" up
-    ip netns exec "$3" ip link set "$4" mtu "$mtu" up
+    local gso=()
+    [ -n "$queue" ] && gso=(gso_max_size "$mtu" gso_max_segs 1)
+    ip netns exec "$1" ip link set "$2" mtu "$mtu" "${gso[@]}" up
+    ip netns exec "$3" ip link set "$4" mtu "$mtu" "${gso[@]}" up
 }
 
 bridge() { # bridge NAME
