@@ -179,12 +179,33 @@ static int absent_peer(int rank, int n, void *arg)
     return 0;
 }
 
+/* A survivor's verdict on the stopped rank `victim` (at `path` on the fabric when `placed`): 0 when
+ * it names the victim as stopped within twice the timeout, else 1 (printed). */
+static int check_stopped_verdict(strata_status_t rc, double waited, int victim, const char *path,
+                                 bool placed)
+{
+    if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
+        blamed_rank(strata_last_error()) != victim ||
+        !strstr(strata_last_error(), "stopped responding"))
+        return ST_RANK_FAIL("rank %d stopped: %s: %s", victim, strata_status_name(rc),
+                            strata_last_error());
+    if (placed && (!strstr(strata_last_error(), path) ||
+                   !strstr(strata_last_error(), "allreduce #") ||
+                   !strstr(strata_last_error(), "completed")))
+        return ST_RANK_FAIL("the verdict lacks the victim's place %s or its progress: %s", path,
+                            strata_last_error());
+    if (waited > 2 * 2.0 + 1.5)
+        return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
+    return 0;
+}
+
 /* A rank is stopped (SIGSTOP) in the middle of a run of allreduces: every other rank fails within
  * twice the timeout, naming the stopped rank, never a rank that was waiting like itself. arg[1] is
- * the victim; it leaves its pid in arg[0] so the lowest other rank can end it. When the victim is
- * rank 0 serving the store, the store stops with it and must be recognised as rank 0. With arg[3]
- * set, every rank has a place on the fabric (rack<r/2>/node<r>), which the message must name along
- * with how far the victim got. */
+ * the victim; it leaves its pid in arg[0] so the lowest other rank can end it once every survivor
+ * has its verdict, right or wrong (arg[2] counts them). When the victim is rank 0 serving the
+ * store, the store stops with it and must be recognised as rank 0. With arg[3] set, every rank has
+ * a place on the fabric (rack<r/2>/node<r>), which the message must name along with how far the
+ * victim got. */
 static int stopped_rank(int rank, int n, void *arg)
 {
     int *pid = arg;
@@ -208,19 +229,7 @@ static int stopped_rank(int rank, int n, void *arg)
         t0 = now_s();
         rc = strata_allreduce(c, buf, buf, 1024, STRATA_DTYPE_F32, STRATA_OP_SUM);
     }
-    double waited = now_s() - t0;
-    if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
-        blamed_rank(strata_last_error()) != victim ||
-        !strstr(strata_last_error(), "stopped responding"))
-        return ST_RANK_FAIL("rank %d stopped: %s: %s", victim, strata_status_name(rc),
-                            strata_last_error());
-    if (pid[3] && (!strstr(strata_last_error(), path) ||
-                   !strstr(strata_last_error(), "allreduce #") ||
-                   !strstr(strata_last_error(), "completed")))
-        return ST_RANK_FAIL("the verdict lacks the victim's place %s or its progress: %s", path,
-                            strata_last_error());
-    if (waited > 2 * 2.0 + 1.5)
-        return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
+    int bad = check_stopped_verdict(rc, now_s() - t0, victim, path, pid[3] != 0);
     // End the victim only when every survivor has its verdict: its death would be news too.
     __atomic_add_fetch(&pid[2], 1, __ATOMIC_ACQ_REL);
     if (rank == (victim == 0 ? 1 : 0)) {
@@ -232,7 +241,7 @@ static int stopped_rank(int rank, int n, void *arg)
         kill(pid[0], SIGKILL);
     }
     strata_comm_destroy(c);
-    return 0;
+    return bad;
 }
 
 /* Rank 0 serves the store and dies: every survivor names rank 0, not just "the store". */
