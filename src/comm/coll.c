@@ -195,6 +195,36 @@ static bool is_uniform(int n, const size_t *v)
     return true;
 }
 
+/* Starts a collective of one block per rank (a's buffers, type and kind set): `counts` and
+ * `displs` (NULL: packed) lay the blocks out in the whole buffer, the send buffer when
+ * `whole_is_send` (reduce-scatter), else the receive buffer (allgather); the other holds this
+ * rank's block only. */
+static strata_status_t start_blocks(strata_comm_t *comm, st_coll_args_t *a, const char *fn,
+                                    const size_t *counts, const size_t *displs,
+                                    bool whole_is_send, strata_request_t **req)
+{
+    if (!counts)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
+    size_t total = 0;
+    size_t *v = copy_blocks(comm->nranks, counts, displs, &total);
+    if (!v)
+        return STRATA_ERR_NO_MEMORY;
+    size_t mine = counts[comm->rank];
+    strata_status_t rc = check_count(total, a->esize, 1, fn);
+    if (rc >= 0)
+        rc = check_buf(a->sendbuf, whole_is_send ? total : mine, fn, "sendbuf");
+    if (rc >= 0)
+        rc = check_buf(a->recvbuf, whole_is_send ? mine : total, fn, "recvbuf");
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    a->counts = v;
+    a->displs = v + comm->nranks;
+    a->uniform = is_uniform(comm->nranks, v);
+    return start(comm, a, total * a->esize, v, req);
+}
+
 /* ---- reductions -------------------------------------------------------------------------------- */
 
 static strata_status_t check_allreduce(const strata_comm_t *comm, const void *sendbuf,
@@ -248,28 +278,10 @@ strata_status_t strata_ireduce_scatterv(strata_comm_t *comm, const void *sendbuf
     static const char fn[] = "strata_reduce_scatter";
     ST_TRY(check_comm(comm, req, fn));
     ST_TRY(check_type(dtype, op, true, fn));
-    if (!recvcounts)
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
-    size_t total = 0;
-    size_t *v = copy_blocks(comm->nranks, recvcounts, NULL, &total);
-    if (!v)
-        return STRATA_ERR_NO_MEMORY;
-    strata_status_t rc = check_count(total, strata_dtype_size(dtype), 1, fn);
-    if (rc >= 0)
-        rc = check_buf(sendbuf, total, fn, "sendbuf");
-    if (rc >= 0)
-        rc = check_buf(recvbuf, recvcounts[comm->rank], fn, "recvbuf");
-    if (rc < 0) {
-        free(v);
-        return rc;
-    }
     st_coll_args_t a = args_for(comm, STRATA_COLL_REDUCE_SCATTER, dtype, op);
     a.sendbuf = sendbuf;
     a.recvbuf = recvbuf;
-    a.counts = v;
-    a.displs = v + comm->nranks;
-    a.uniform = is_uniform(comm->nranks, v);
-    return start(comm, &a, total * a.esize, v, req);
+    return start_blocks(comm, &a, fn, recvcounts, NULL, true, req);
 }
 
 strata_status_t strata_ireduce_scatter(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -312,28 +324,10 @@ strata_status_t strata_iallgatherv(strata_comm_t *comm, const void *sendbuf, voi
     static const char fn[] = "strata_allgather";
     ST_TRY(check_comm(comm, req, fn));
     ST_TRY(check_type(dtype, STRATA_OP_SUM, false, fn));
-    if (!recvcounts)
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: recvcounts is NULL", fn);
-    size_t total = 0;
-    size_t *v = copy_blocks(comm->nranks, recvcounts, displs, &total);
-    if (!v)
-        return STRATA_ERR_NO_MEMORY;
-    strata_status_t rc = check_count(total, strata_dtype_size(dtype), 1, fn);
-    if (rc >= 0)
-        rc = check_buf(sendbuf, recvcounts[comm->rank], fn, "sendbuf");
-    if (rc >= 0)
-        rc = check_buf(recvbuf, total, fn, "recvbuf");
-    if (rc < 0) {
-        free(v);
-        return rc;
-    }
     st_coll_args_t a = args_for(comm, STRATA_COLL_ALLGATHER, dtype, STRATA_OP_SUM);
     a.sendbuf = sendbuf;
     a.recvbuf = recvbuf;
-    a.counts = v;
-    a.displs = v + comm->nranks;
-    a.uniform = is_uniform(comm->nranks, v);
-    return start(comm, &a, total * a.esize, v, req);
+    return start_blocks(comm, &a, fn, recvcounts, displs, false, req);
 }
 
 strata_status_t strata_iallgather(strata_comm_t *comm, const void *sendbuf, void *recvbuf,
