@@ -74,7 +74,10 @@ static void print_recap(void)
     if (!recap_failed)
         return;
     fprintf(stderr, "st_test_ranks: %d multi-rank job(s) failed in this run; the first check that "
-            "failed in each%s:\n", recap_failed, recap_failed > RECAP_JOBS ? " (the first 8)" : "");
+            "failed in each", recap_failed);
+    if (recap_failed > RECAP_JOBS)
+        fprintf(stderr, " of the first %d", RECAP_JOBS);
+    fprintf(stderr, ":\n");
     for (int i = 0; i < recap_jobs; i++)
         fprintf(stderr, "  %s\n", recap[i]);
 }

@@ -1019,7 +1019,6 @@ strata_status_t st_store_server_poll(st_store_server_t *srv, int timeout_ms)
     return status;
 }
 
-/* Serves until no rank is connected without having said goodbye, or the deadline passes. */
 /* True while a rank is connected that has not said goodbye and was not reported failed: one whose
  * failure is the job's news (stopped, or cut off without a FIN) may hold its connection open for
  * as long as it is stopped, and the job has already been told it is gone. */
@@ -1033,6 +1032,7 @@ static bool awaits_ranks(const st_store_server_t *srv)
     return false;
 }
 
+/* Serves while awaits_ranks(), until the deadline. */
 static void serve_linger(st_store_server_t *srv, uint64_t deadline)
 {
     while (awaits_ranks(srv) && st_now_ns() < deadline) {
