@@ -48,7 +48,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_TOPO_CALIBRATE", "auto", "measure the fabric's links at communicator creation: auto (when no cluster file gives them and the ranks span several hosts), on (always, over a cluster file's too), off; set alike on every rank"},
     {"STRATA_TOPO_CALIBRATE_MS", "50", "how long each bandwidth test of that calibration aims to last, in ms (longer: more accurate, slower creation)"},
     {"STRATA_HOST_ID", "", "override the host identity used to decide shared memory vs tcp"},
-    {"STRATA_GEMM", "auto", "the model's float32 matrix products: auto (oneDNN where OpenBLAS runs narrower kernels than the CPU has or on more than one thread, else OpenBLAS), onednn, openblas"},
+    {"STRATA_GEMM", "auto", "the model's float32 matrix products: auto (oneDNN wherever its engine runs, else OpenBLAS), onednn, openblas"},
     {"STRATA_PROGRESS", "auto", "strata train's progress: auto (redrawn in place when stderr is a terminal, else a complete line every --progress-every seconds), bar, lines; strata launch sets bar for its ranks when its own stderr is a terminal"},
     {"STRATA_ZERO_BUCKET", "4M", "ZeRO gradient bucket size in floats (reduced while the backward runs)"},
 };

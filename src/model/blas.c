@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "base/base.h"
 #include "base/bf16.h"
@@ -26,59 +25,30 @@
 static _Atomic int precision = STRATA_PREC_FP32;
 
 static pthread_once_t gemm_once = PTHREAD_ONCE_INIT;
-/* STRATA_GEMM's choice (choose_gemm): float32 products on oneDNN always, on OpenBLAS always, or
- * on oneDNN only while the products have more than one thread (auto, OpenBLAS running the CPU's
- * own kernels). */
-static enum { F32_ONEDNN, F32_OPENBLAS, F32_BY_THREADS } f32_mode = F32_OPENBLAS;
-/* The products' thread count as strata_blas_set_threads last set it (0: never set, the OpenMP
- * default then). */
-static _Atomic int product_threads;
+/* STRATA_GEMM's choice (choose_gemm): float32 products on oneDNN or on OpenBLAS. */
+static bool f32_on_onednn;
 
-/* Whether OpenBLAS runs narrower kernels than the CPU has: AVX2 ones (Haswell, Zen) on an AVX-512
- * CPU that its build does not know (0.3.21 on AMD's Zen 4: half the CPU's float32 speed, where
- * oneDNN's kernels reach it). */
-static bool openblas_below_cpu(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (!__builtin_cpu_supports("avx512f"))
-        return false;
-    const char *core = openblas_get_corename();
-    static const char *const wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
-    for (size_t i = 0; core && i < sizeof wide / sizeof wide[0]; i++)
-        if (!strcasecmp(core, wide[i]))
-            return false;
-    return true;
-#else
-    return false;
-#endif
-}
-
-/* STRATA_GEMM: auto takes oneDNN for float32 where OpenBLAS runs below the CPU (which a user's
- * OPENBLAS_CORETYPE can also lift), and wherever the products have more than one thread: OpenBLAS
- * keeps a thread pool of its own, whose threads wait for the cores the model's OpenMP threads
- * spin on after each of their parallel regions, while oneDNN runs on those same OpenMP threads
- * (3.3M model, 2 threads: 7700 against 5500 tokens/s). At one thread OpenBLAS's own kernels stay:
- * about 3% faster at the 85M model's shapes. */
+/* STRATA_GEMM: auto takes oneDNN for float32 wherever its engine runs. Its kernels are built for
+ * the CPU they run on, where Debian's OpenBLAS 0.3.21 runs Haswell's AVX2 kernels on AVX-512 CPUs
+ * it does not know (half a Zen 4's float32 speed); they run on the model's own OpenMP threads,
+ * where OpenBLAS keeps a pool of its own that waits for the cores those threads spin on (3.3M
+ * model, 2 threads: 7700 against 5500 tokens/s); and with wide products cut into panels
+ * (gemm_onednn.c) they are ahead at one thread too (85M, Zen 4: 176-179 against 171-174 tokens/s
+ * on OpenBLAS's own AVX-512 kernels). */
 static void choose_gemm(void)
 {
     const char *v = st_knob_str("STRATA_GEMM");
-    bool forced = v && !strcmp(v, "onednn"), openblas = v && !strcmp(v, "openblas");
-    if (v && strcmp(v, "auto") && !forced && !openblas)
+    bool openblas = v && !strcmp(v, "openblas");
+    if (v && strcmp(v, "auto") && strcmp(v, "onednn") && !openblas)
         ST_LOG_WARN(ST_SUB_TRAIN, "STRATA_GEMM=%s: expected auto, onednn or openblas; using auto", v);
-    if (openblas || !st_gemm_onednn_ready())
-        f32_mode = F32_OPENBLAS;
-    else
-        f32_mode = forced || openblas_below_cpu() ? F32_ONEDNN : F32_BY_THREADS;
+    f32_on_onednn = !openblas && st_gemm_onednn_ready();
 }
 
-/* Whether float32 products run on oneDNN now. */
+/* Whether float32 products run on oneDNN. */
 static bool f32_onednn(void)
 {
     pthread_once(&gemm_once, choose_gemm);
-    if (f32_mode != F32_BY_THREADS)
-        return f32_mode == F32_ONEDNN;
-    int n = atomic_load_explicit(&product_threads, memory_order_relaxed);
-    return (n > 0 ? n : st_parallel_threads()) > 1;
+    return f32_on_onednn;
 }
 
 const char *strata_blas_f32_library(void)
@@ -182,7 +152,6 @@ void st_parallel_products(size_t n, size_t grain, void (*fn)(void *ctx, size_t b
 void strata_blas_set_threads(int n)
 {
     if (n > 0) {
-        atomic_store(&product_threads, n);
         openblas_set_num_threads(n);
         if (st_omp_guard())
             omp_set_num_threads(n);
