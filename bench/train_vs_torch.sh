@@ -4,8 +4,9 @@
 # in the same run. Prints both tokens/s, both MFUs (against the GEMM peak strata measures at that
 # precision and thread count on this CPU) and the ratio strata / torch.
 # Both run under the same OpenBLAS core: the environment's (--openblas-core env, the default), the one
-# OpenBLAS detects on this CPU (auto: OPENBLAS_CORETYPE unset), or a named one. strata's float32
-# products leave OpenBLAS for oneDNN where that core is narrower than the CPU (docs/train.md).
+# OpenBLAS detects on this CPU (auto: OPENBLAS_CORETYPE unset), or a named one. torch's products run
+# on it; strata's run on oneDNN wherever its engine runs (STRATA_GEMM, docs/train.md), so the core
+# matters to strata only where oneDNN does not run.
 # Usage: bench/train_vs_torch.sh [--threads N] [--layers N] [--heads N] [--dim N] [--seq N]
 #                                [--batch N] [--steps N] [--precision fp32|bf16]
 #                                [--openblas-core env|auto|NAME]
