@@ -356,13 +356,14 @@ static int gemm_ld(gemm_cache_t *g, bool bf16, int ta, int tb, int M, int N, int
     int width = N;
     if (!tb && N >= WIDE_N) {
         int panels = (N + PANEL_N - 1) / PANEL_N;
-        width = ((N + panels - 1) / panels + 15) / 16 * 16; // whole cache lines of C
+        width = ((N + panels - 1) / panels + 15) / 16 * 16; // a multiple of 16 columns
     }
     int last = N - (N - 1) / width * width; // the last panel's columns
-    prim_t *full = shape(g, bf16, ta, tb, M, width, K, alpha, lda, ldb, beta, bias, ldc);
+    bool biased = bias != NULL;
+    prim_t *full = shape(g, bf16, ta, tb, M, width, K, alpha, lda, ldb, beta, biased, ldc);
     // The tail's lookup evicts the least recently used slot: never full's, just used.
     prim_t *tail = full && last != width
-                       ? shape(g, bf16, ta, tb, M, last, K, alpha, lda, ldb, beta, bias, ldc)
+                       ? shape(g, bf16, ta, tb, M, last, K, alpha, lda, ldb, beta, biased, ldc)
                        : full;
     if (!tail)
         return -1;
