@@ -401,14 +401,13 @@ STRATA_API void strata_blas_set_threads(int n);
  * slower than float32, so BF16 is not used there). */
 STRATA_API const char *strata_blas_bf16_units(void);
 
-/* The library the float32 products run on now: "oneDNN" (its kernels for this CPU, on the model's
- * OpenMP threads) or "OpenBLAS". By default oneDNN where it runs and either OpenBLAS runs narrower
- * kernels than the CPU has or the products have more than one thread (strata_blas_set_threads),
- * else OpenBLAS; STRATA_GEMM=openblas or onednn forces either. */
+/* The library the float32 products run on: "oneDNN" (its kernels for this CPU, on the model's
+ * OpenMP threads) or "OpenBLAS". By default oneDNN wherever its engine runs, else OpenBLAS;
+ * STRATA_GEMM=openblas or onednn forces either. */
 STRATA_API const char *strata_blas_f32_library(void);
 
 /* Sets the precision of every matrix product this process runs from now on (process-wide, like
- * the thread count). STRATA_PREC_FP32: float32 throughout (OpenBLAS's sgemm). STRATA_PREC_BF16:
+ * the thread count). STRATA_PREC_FP32: float32 throughout (strata_blas_f32_library). STRATA_PREC_BF16:
  * both operands rounded to bfloat16 (nearest even), the products accumulated and returned in
  * float32 (oneDNN's matmul on the CPU's AMX or AVX512-BF16 units); everything else (norms,
  * softmax, GeLU, the loss, gradients, master weights, optimizer state) stays float32, as under
