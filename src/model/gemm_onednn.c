@@ -260,6 +260,16 @@ static bool reserve(uint16_t **buf, size_t *cap, size_t n)
     return true;
 }
 
+/* The conversion below in plain C, where the CPU has no bf16 units (or the compiler no intrinsics
+ * for them). */
+static void pack_rows_scalar(uint16_t *restrict dst, const float *restrict x, size_t r0, size_t r1,
+                             int cols, int ld)
+{
+    for (size_t r = r0; r < r1; r++)
+        for (int c = 0; c < cols; c++)
+            dst[r * cols + c] = st_f32_to_bf16(x[r * ld + c]);
+}
+
 /* Packs the rows x cols matrix x (leading dimension ld) into dst as bf16, 32 floats per
  * AVX512-BF16 conversion (every CPU with bf16 units has it; the scalar loop finishes each row). The
  * instruction rounds to nearest even like st_f32_to_bf16 but flushes subnormal inputs to zero,
@@ -282,13 +292,7 @@ pack_rows(uint16_t *restrict dst, const float *restrict x, size_t r0, size_t r1,
     }
 }
 #else
-static void pack_rows(uint16_t *restrict dst, const float *restrict x, size_t r0, size_t r1,
-                      int cols, int ld)
-{
-    for (size_t r = r0; r < r1; r++)
-        for (int c = 0; c < cols; c++)
-            dst[r * cols + c] = st_f32_to_bf16(x[r * ld + c]);
-}
+#define pack_rows pack_rows_scalar
 #endif
 
 typedef struct pack_job {
@@ -504,7 +508,10 @@ static const uint16_t *held_view(gemm_cache_t *g, const float *p, int rows, int 
 
 void st_gemm_bf16_round(uint16_t *dst, const float *x, int rows, int cols, int ld)
 {
-    pack_rows(dst, x, 0, (size_t)rows, cols, ld);
+    if (st_gemm_bf16_units())
+        pack_rows(dst, x, 0, (size_t)rows, cols, ld);
+    else // a caller's own copy (a test's, say) on a CPU without the instruction
+        pack_rows_scalar(dst, x, 0, (size_t)rows, cols, ld);
 }
 
 /* One operand's bf16 storage (rows x cols of x, ld): its held copy, or x rounded into *buf. */

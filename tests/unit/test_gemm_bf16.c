@@ -145,6 +145,36 @@ static void test_rounding_visible(void **state)
     strata_blas_set_precision(STRATA_PREC_FP32, NULL);
 }
 
+/* st_gemm_bf16_round, which kernels call to fill a kept copy, with or without the units (the
+ * no_units entry: plain C then): every value rounded to nearest even as st_f32_to_bf16 does, halfway
+ * cases, NaN and infinities included, across the 32-float conversions and a row's tail, from a
+ * strided matrix. */
+static void test_round(void **state)
+{
+    (void)state;
+    enum { ROWS = 3, COLS = 45, LD = 50 };
+    float x[ROWS * LD];
+    for (int i = 0; i < ROWS * LD; i++)
+        x[i] = frand() * 100.f;
+    x[1] = 1.f + 0x1p-8f;                   // halfway, even below: 1
+    x[2] = 1.f + 0x3p-8f;                   // halfway, odd below: up
+    x[LD + 40] = NAN;                       // in a row's tail
+    x[2 * LD + 3] = INFINITY;
+    x[2 * LD + 44] = -INFINITY;
+    uint16_t got[ROWS * COLS];
+    st_gemm_bf16_round(got, x, ROWS, COLS, LD);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            float v = x[r * LD + c];
+            uint16_t want = st_f32_to_bf16(v), g = got[r * COLS + c];
+            if (isnan(v) ? !isnan(st_bf16_to_f32(g)) : g != want)
+                fail_msg("row %d column %d: %g rounded to %#x, want %#x", r, c, (double)v, g,
+                         want);
+        }
+    assert_int_equal(got[1], 0x3f80);
+    assert_int_equal(got[2], 0x3f82);
+}
+
 static void test_precision_names(void **state)
 {
     (void)state;
@@ -318,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_f32_library),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_rounding_visible),
+        cmocka_unit_test(test_round),
         cmocka_unit_test(test_precision_names),
         cmocka_unit_test(test_peak),
         cmocka_unit_test(test_held_operands),
