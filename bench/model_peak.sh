@@ -9,11 +9,14 @@
 # --repeat R runs each line R times (strata then torch, in turn) and prints each column's median: on
 # a shared machine one pair's ratio moves by several percent from run to run. The MFUs are against
 # the highest peak the line's runs measured (the peak printed).
+# --steps N runs N steps a run, the first 3 untimed. Without it each size runs enough steps for a
+# few seconds of timed steps: 40 at 3.3M (a step takes 0.1 s there, so 5 timed steps were half a
+# second, and one burst of load on the shared machine moved a line's ratio by 20%), 8 at 85M.
 # Usage: bench/model_peak.sh [--steps N] [--threads "1 2"] [--sizes "3.3M 85M"] [--precisions "fp32 bf16"]
 #                            [--openblas-core env|auto|NAME] [--repeat R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=12 threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16" core=env
+steps="" threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16" core=env
 repeat=1
 while (($#)); do
     case "$1" in
@@ -25,6 +28,10 @@ while (($#)); do
 done
 declare -A shape=([3.3M]="--layers 4 --heads 8 --dim 256 --seq 128 --batch 8"
                   [85M]="--layers 12 --heads 12 --dim 768 --seq 256 --batch 4")
+declare -A size_steps=([3.3M]=40 [85M]=8)
+for size in $sizes; do
+    [[ -n ${shape[$size]:-} ]] || { echo "unknown size $size (3.3M or 85M)" >&2; exit 2; }
+done
 printf '%-6s %-5s %-7s %12s %12s %7s %9s %9s  %-16s %-14s %s\n' size prec threads strata_tok/s \
     torch_tok/s ratio strata_MFU torch_MFU peak strata_products OpenBLAS_core
 for size in $sizes; do
@@ -33,7 +40,7 @@ for size in $sizes; do
             rows=""
             for ((r = 0; r < repeat; r++)); do
                 # shellcheck disable=SC2086
-                out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "$steps" --threads "$th" \
+                out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "${steps:-${size_steps[$size]}}" --threads "$th" \
                     --precision "$prec" --openblas-core "$core")
                 s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
                 t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
