@@ -1,9 +1,9 @@
 /* The model's matrix products against a double-precision reference: at STRATA_PREC_BF16 on the
  * bf16-rounded operands, and in float32 on the library this run's STRATA_GEMM picks (oneDNN or
  * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, with a bias row,
- * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice of units (forced
- * down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands; and the precision
- * switch's contract. */
+ * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice
+ * of units (forced down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands;
+ * the rounding kernels use; and the precision switch's contract. */
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "model/gemm.h"
@@ -146,9 +146,9 @@ static void test_rounding_visible(void **state)
 }
 
 /* st_gemm_bf16_round, which kernels call to fill a kept copy, with or without the units (the
- * no_units entry: plain C then): every value rounded to nearest even as st_f32_to_bf16 does, halfway
- * cases, NaN and infinities included, across the 32-float conversions and a row's tail, from a
- * strided matrix. */
+ * no_units entry: plain C then): every value rounded to nearest even as st_f32_to_bf16 does,
+ * halfway cases, NaN and infinities included, across the 32-float conversions and a row's tail,
+ * from a strided matrix. */
 static void test_round(void **state)
 {
     (void)state;
@@ -156,9 +156,9 @@ static void test_round(void **state)
     float x[ROWS * LD];
     for (int i = 0; i < ROWS * LD; i++)
         x[i] = frand() * 100.f;
-    x[1] = 1.f + 0x1p-8f;                   // halfway, even below: 1
-    x[2] = 1.f + 0x3p-8f;                   // halfway, odd below: up
-    x[LD + 40] = NAN;                       // in a row's tail
+    x[1] = 1.f + 0x1p-8f; // halfway, even below: 1
+    x[2] = 1.f + 0x3p-8f; // halfway, odd below: up
+    x[LD + 40] = NAN;     // in a row's tail
     x[2 * LD + 3] = INFINITY;
     x[2 * LD + 44] = -INFINITY;
     uint16_t got[ROWS * COLS];
