@@ -40,8 +40,9 @@ for size in $sizes; do
             rows=""
             for ((r = 0; r < repeat; r++)); do
                 # shellcheck disable=SC2086
-                out=$(bash bench/train_vs_torch.sh ${shape[$size]} --steps "${steps:-${size_steps[$size]}}" --threads "$th" \
-                    --precision "$prec" --openblas-core "$core")
+                out=$(bash bench/train_vs_torch.sh ${shape[$size]} \
+                    --steps "${steps:-${size_steps[$size]}}" --threads "$th" --precision "$prec" \
+                    --openblas-core "$core")
                 s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
                 t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
                 ratio=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")

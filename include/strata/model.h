@@ -406,14 +406,14 @@ STRATA_API const char *strata_blas_bf16_units(void);
  * STRATA_GEMM=openblas or onednn forces either. */
 STRATA_API const char *strata_blas_f32_library(void);
 
-/* Sets the precision of every matrix product this process runs from now on (process-wide, like
- * the thread count). STRATA_PREC_FP32: float32 throughout (strata_blas_f32_library). STRATA_PREC_BF16:
+/* Sets the precision of every matrix product this process runs from now on (process-wide, like the
+ * thread count). STRATA_PREC_FP32: float32 throughout (strata_blas_f32_library). STRATA_PREC_BF16:
  * both operands rounded to bfloat16 (nearest even), the products accumulated and returned in
- * float32 (oneDNN's matmul on the CPU's AMX or AVX512-BF16 units); everything else (norms,
- * softmax, GeLU, the loss, gradients, master weights, optimizer state) stays float32, as under
- * torch's CPU autocast. *in_effect (may be NULL) gets the precision used: FP32 when BF16 is asked
- * for on a CPU without bf16 units. Errors: STRATA_ERR_UNSUPPORTED for fp16 and fp8, which only
- * the planner models. */
+ * float32 (oneDNN's matmul on the CPU's AMX or AVX512-BF16 units); everything else (norms, softmax,
+ * GeLU, the loss, gradients, master weights, optimizer state) stays float32, as under torch's CPU
+ * autocast. *in_effect (may be NULL) gets the precision used: FP32 when BF16 is asked for on a CPU
+ * without bf16 units. Errors: STRATA_ERR_UNSUPPORTED for fp16 and fp8, which only the planner
+ * models. */
 STRATA_API strata_status_t strata_blas_set_precision(strata_precision_t want,
                                                      strata_precision_t *in_effect);
 STRATA_API strata_precision_t strata_blas_precision(void);

@@ -3,7 +3,7 @@
  * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, with a bias row,
  * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice
  * of units (forced down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands;
- * the rounding kernels use; and the precision switch's contract. */
+ * the rounding the kernels use; and the precision switch's contract. */
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "model/gemm.h"
