@@ -16,6 +16,11 @@
 
 #define PC_RX_BATCH 32
 #define PC_TX_BATCH 64
+/* A destination sends its DONE at most PC_DONE_TRIES times, each wait twice the one before, and
+ * then returns without the origin's acknowledgement (reduce.c); the origin, as it returns, sends
+ * every destination PC_FINAL_ACKS more acknowledgements (engine.c). */
+#define PC_DONE_TRIES 5
+#define PC_FINAL_ACKS 2
 
 struct strata_pool {
     int fd, n;

@@ -336,6 +336,14 @@ strata_status_t pc_run(op_t *o)
                             p->name[o->items[i].node], p->timeout_ms);
         }
     }
+    // Every destination has confirmed. The acknowledgement of the last DONE (or of any sent just
+    // before) may be lost, and nobody answers a repeated DONE once this call returns: a last
+    // acknowledgement to every destination, sent twice, so a destination rarely waits out its DONEs.
+    for (int copy = 0; copy < PC_FINAL_ACKS; copy++)
+        for (int k = 0; k < dests; k++)
+            pc_queue(p, &o->dests[k], (pl_hdr_t){.op = PL_ACK, .flow = o->flow}, NULL, NULL, NULL,
+                     0);
+    flush(p);
     return STRATA_OK;
 }
 

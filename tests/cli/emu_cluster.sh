@@ -24,12 +24,19 @@ trap 'rm -rf "$TMP"' EXIT
 
 pass=0
 fail=0
-check() { # check DESC STATUS
+check() { # check DESC STATUS: a failure shows the end of what the run wrote ($out)
     if [ "$2" -eq 0 ]; then
         pass=$((pass + 1)); echo "ok   - $1"
     else
         fail=$((fail + 1)); echo "FAIL - $1"
+        [ -s "${out:-}" ] && tail -n 40 "$out" | sed 's/^/    | /'
     fi
+}
+
+# One emulated run, bounded: a run that hangs fails its checks, with its output, at the limit
+# instead of leaving the whole test to ctest's timeout with nothing to show.
+emu() {
+    timeout -k 10 "${EMU_RUN_LIMIT_S:-100}" bash "$EMU" "$@"
 }
 
 # Probe once whether namespaces work here at all.
@@ -42,7 +49,7 @@ fi
 
 B="$STRATA bench"
 out=$TMP/2rack.txt
-bash "$EMU" --racks 2 --hosts 2 --host-mbit 1000 --oversub 4 \
+emu --racks 2 --hosts 2 --host-mbit 1000 --oversub 4 \
     --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 1,4097,1M -n 2 -w 1 -d f32 -o sum" \
     --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 100003 -n 2 -w 1 -d i32 -o max" \
     --run "STRATA_COMM_ALGO=allreduce:ring_tree $B allreduce --sizes 1M -n 2 -w 1" \
@@ -64,7 +71,7 @@ check "and a latency algorithm for 8 bytes" $?
 check "probe wrote a cluster file that loads, with the spine level" $?
 
 out=$TMP/uneven.txt
-bash "$EMU" --rack-hosts 3,5 --host-mbit 800 --oversub 8 --path-only \
+emu --rack-hosts 3,5 --host-mbit 800 --oversub 8 --path-only \
     --run "$B allreduce --sizes 8,4M -n 1 -w 1" >"$out" 2>&1
 check "racks of 3 and 5 hosts, paths only: the benchmark ran" $?
 grep -q "^# links calibrated at creation" "$out"
@@ -75,7 +82,7 @@ grep -q "all results correct" "$out"
 check "racks of 3 and 5 hosts, paths only: results correct" $?
 
 out=$TMP/3level.txt
-bash "$EMU" --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --oversub 2 \
+emu --zones 2 --racks 2 --hosts 1 --ranks-per-host 2 --host-mbit 1000 --oversub 2 \
     --run "STRATA_COMM_ALGO=allreduce:hier $B allreduce --sizes 7,1M -n 2 -w 1 -o avg" \
     --run "STRATA_COMM_ALGO=reduce_scatter:hier,allgather:hier $B allgather --sizes 1M -n 2 -w 1" \
     >"$out" 2>&1
@@ -89,7 +96,7 @@ check "3 levels: every result correct" $?
 # every large burst was dropped outright and each call stalled 10-14 s in retransmission timeouts;
 # 3 s a call tells the two apart on a loaded machine.
 out=$TMP/switch.txt
-bash "$EMU" --racks 2 --hosts 1 --switch-nodes --queue-bytes 30000 \
+emu --racks 2 --hosts 1 --switch-nodes --queue-bytes 30000 \
     --switch-run "$STRATA store --addr 0.0.0.0:29611 --secret sw" \
     --run "[ \"\$EMU_SWITCHES\" = 10.99.200.1,10.99.200.2 ] || exit 9; MASTER_ADDR=\${EMU_SWITCHES%%,*} \
            MASTER_PORT=29611 STRATA_STORE_EXTERNAL=1 STRATA_SECRET=sw $B allreduce --sizes 1M -n 2 -w 1 \
@@ -106,7 +113,7 @@ check "--queue-bytes: a 1 MiB allreduce through those queues loses frames, not s
 # the bridges, on jumbo frames (--mtu) with 1% of the frames lost in every bridge (--loss): still
 # exact; the last node of the chain (rack 1's) counts the results it sent, and the bridges their drops.
 out=$TMP/pool.txt
-bash "$EMU" --racks 2 --hosts 2 --mtu 9000 --loss 1 --switch-nodes \
+emu --racks 2 --hosts 2 --mtu 9000 --loss 1 --switch-nodes \
     --switch-run "STRATA_SECRET=ps $STRATA pool serve --listen \$SWITCH_ADDR:7700 --bytes 64M" \
     --run "cat /sys/class/net/eth0/mtu; STRATA_POOL_SECRET=ps STRATA_COMM_ALGO=allreduce:pool \
            STRATA_POOL_MULTICAST=239.192.60.0:7810 \
@@ -132,7 +139,7 @@ echo "rank $RANK at $(ip -o -4 addr show dev eth0 | awk '{print $4}') store $STR
 EOF2
 chmod +x "$TMP/whoami.sh"
 out=$TMP/launch.txt
-bash "$EMU" --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/whoami.sh" >"$out" 2>&1
+emu --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/whoami.sh" >"$out" 2>&1
 check "--launch: the job ran" $?
 ok=0
 for r in 0 1 2; do
@@ -141,7 +148,7 @@ done
 check "--launch: each rank in its own host, its path set, the store at rank 0's host" $ok
 
 out=$TMP/launch_bench.txt
-bash "$EMU" --racks 1 --hosts 3 \
+emu --racks 1 --hosts 3 \
     --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $B allreduce --sizes 1M -n 2 -w 1" \
     >"$out" 2>&1
 check "--launch: an allreduce over the emulated links ran" $?
@@ -155,7 +162,7 @@ exec $B allreduce --sizes 1M -n 1000000 -w 1
 EOF2
 chmod +x "$TMP/die2.sh"
 out=$TMP/launch_kill.txt
-bash "$EMU" --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/die2.sh" \
+emu --racks 1 --hosts 3 --launch "$STRATA launch -n 3 --no-prefix -- \"\$EMU_ENTER\" $TMP/die2.sh" \
     >"$out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -qE "^strata launch: rank 2 \(pid [0-9]+\) was killed by signal SIGKILL \(not sent by the launcher\)" "$out"

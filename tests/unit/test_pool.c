@@ -21,6 +21,7 @@
 
 #include "harness/st_test.h"
 
+#include "base/base.h"
 #include "base/bf16.h"
 #include "pool/kernels.h"
 #include "pool/proto.h"
@@ -584,9 +585,11 @@ static int loopback_socket(char *addr, size_t len)
 
 typedef struct relay {
     int fd, receiver_port;
+    int drop_block;  /* the first copy of this block is lost (-1: none) */
+    int drop_acks;   /* this many acknowledgements to the receiver are lost (-1: all) */
     struct sockaddr_in origin;
     bool have_origin;
-    atomic_int stop, dropped;
+    atomic_int stop, dropped, acks_dropped, acks_passed;
 } relay_t;
 
 static void *relay_main(void *arg)
@@ -621,8 +624,15 @@ static void *relay_main(void *arg)
             memcpy(buf + 44, &self.sin_port, 2);
             uint32_t seq;
             memcpy(&seq, buf + 20, 4);
-            if (seq == 3 && atomic_fetch_add(&r->dropped, 1) == 0)
-                continue; // the first copy of block 3 is lost
+            if ((int)seq == r->drop_block && atomic_fetch_add(&r->dropped, 1) == 0)
+                continue; // the first copy of the block is lost
+        }
+        if (n >= PL_HDR && buf[4] == PL_ACK) {
+            if (r->drop_acks < 0 || atomic_load(&r->acks_dropped) < r->drop_acks) {
+                atomic_fetch_add(&r->acks_dropped, 1);
+                continue;
+            }
+            atomic_fetch_add(&r->acks_passed, 1);
         }
         sendto(r->fd, buf, (size_t)n, 0, (struct sockaddr *)&recv_addr, sizeof recv_addr);
     }
@@ -663,7 +673,7 @@ static void nack_repair(bool in_place)
     assert_int_equal(strata_pool_write_node(origin, 1, 0, blk, count * 4), STRATA_OK);
     for (size_t i = 0; i < count; i++)
         ref[i] = (src[i] + blk[i]) + blk[i];
-    relay_t r = {.receiver_port = strata_pool_port(dest)};
+    relay_t r = {.receiver_port = strata_pool_port(dest), .drop_block = 3};
     char relay_addr[32];
     r.fd = loopback_socket(relay_addr, sizeof relay_addr);
     pthread_t relay_tid, recv_tid;
@@ -700,6 +710,66 @@ static void test_receiver_repairs_by_nack(void **state)
     (void)state;
     nack_repair(false);
     nack_repair(true);
+}
+
+/* The origin's acknowledgement of a destination's DONE is lost (a relay drops it). The origin has
+ * every block and returns at that DONE, so nobody answers the destination's next DONE. With the
+ * first acknowledgement lost, the ones the origin sends every destination as it returns reach it;
+ * with every acknowledgement lost, it returns after its few DONEs, not after the call's timeout
+ * (30 s here: it used to wait all of it, and so did every rank of the job after it). */
+static void lost_ack(int drop_acks)
+{
+    node_thread_t t[1] = {0};
+    start_nodes(t, 1, 0, 0, 0);
+    strata_pool_t *origin = open_pool(t, 1, LONG_MS), *dest = open_pool(t, 1, LONG_MS);
+    size_t count = 4 * 2048;
+    float *src = malloc(count * 4), *got = malloc(count * 4), *mine = malloc(count * 4);
+    fill(src, count, 71);
+    assert_int_equal(strata_pool_write_node(origin, 0, 0, src, count * 4), STRATA_OK);
+    relay_t r = {.receiver_port = strata_pool_port(dest), .drop_block = -1,
+                 .drop_acks = drop_acks};
+    char relay_addr[32];
+    r.fd = loopback_socket(relay_addr, sizeof relay_addr);
+    pthread_t relay_tid, recv_tid;
+    receiver_arg_t ra = {.t = t, .p = dest, .out = got, .count = count};
+    assert_int_equal(pthread_create(&relay_tid, NULL, relay_main, &r), 0);
+    uint64_t t0 = st_now_ns();
+    assert_int_equal(pthread_create(&recv_tid, NULL, receiver_main, &ra), 0);
+    strata_pool_hop_t hop = {0, 0};
+    const char *dests[1] = {relay_addr};
+    strata_pool_reduce_t op = {.src = src, .dst = mine, .count = count, .dtype = STRATA_POOL_F32,
+                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
+    strata_status_t rc = strata_pool_reduce(origin, &op);
+    char err[256];
+    snprintf(err, sizeof err, "%s", rc ? strata_last_error() : "");
+    pthread_join(recv_tid, NULL);
+    double secs = (double)(st_now_ns() - t0) / 1e9;
+    atomic_store(&r.stop, 1);
+    pthread_join(relay_tid, NULL);
+    close(r.fd);
+    if (rc != STRATA_OK)
+        fail_msg("origin: %s", err);
+    if (ra.rc != STRATA_OK)
+        fail_msg("receiver: %s", ra.err);
+    for (size_t i = 0; i < count; i++)
+        assert_true(got[i] == src[i] + src[i] && mine[i] == got[i]);
+    assert_true(atomic_load(&r.acks_dropped) >= 1);
+    if (drop_acks > 0) // the origin's last acknowledgements, sent after the one that was lost
+        assert_true(atomic_load(&r.acks_passed) >= 1);
+    if (secs > LONG_MS / 4 / 1e3)
+        fail_msg("the destination returned after %.1f s with %d acknowledgements lost", secs,
+                 atomic_load(&r.acks_dropped));
+    strata_pool_close(origin);
+    strata_pool_close(dest);
+    stop_nodes(t, 1);
+    free(src), free(got), free(mine);
+}
+
+static void test_lost_acknowledgement(void **state)
+{
+    (void)state;
+    lost_ack(1);
+    lost_ack(-1);
 }
 
 /* A destination that asks, at its first block, for every block of the flow (and later, as any
@@ -1056,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_to_every_rank),
         cmocka_unit_test(test_allreduce_multicast),
         cmocka_unit_test(test_receiver_repairs_by_nack),
+        cmocka_unit_test(test_lost_acknowledgement),
         cmocka_unit_test(test_nack_ahead_of_window),
         cmocka_unit_test(test_dead_node_named),
         cmocka_unit_test(test_wrong_secret),
