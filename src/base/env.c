@@ -24,7 +24,7 @@ static const strata_knob_t knobs[] = {
     {"STRATA_SHM_CMA", "1", "0 turns off cross-memory attach and with it the direct algorithms (ranks of one host then exchange only messages); set alike on every rank"},
     {"STRATA_TCP_IFADDR", "", "IPv4 address to listen on and publish (default: the one that reaches the store)"},
     {"STRATA_TCP_BUF_BYTES", "", "socket send/receive buffer size (default: kernel autotuning)"},
-    {"STRATA_TCP_HELLO_MS", "2000", "a connection to a rank's tcp port that has not sent its 24-byte hello within this is closed"},
+    {"STRATA_TCP_HELLO_MS", "20000", "a connection to a rank's tcp port that has not sent its 24-byte hello within this is closed (long, so a peer's hello delayed by loss is not)"},
     {"STRATA_TCP_CONNS", "4", "tcp connections per peer and direction (1-16); messages of at least 2 x STRATA_TCP_STRIPE_MIN are striped over them, so ECMP spreads one transfer over several paths"},
     {"STRATA_TCP_STRIPE_MIN", "256K", "smallest slice of a striped tcp message; smaller messages stay whole on one connection"},
     {"STRATA_TCP_USER_TIMEOUT_MS", "auto", "TCP_USER_TIMEOUT: a connection with data unacknowledged this long fails its peer (auto: the communicator timeout; 0: the kernel's retransmit limit, ~15 min)"},

@@ -11,7 +11,10 @@
 # named by the launcher's verdict (the pid it watches is the rank's), and SIGTERM to the script
 # reaches the launcher, which stops the trainer with a final checkpoint, and leaves no namespace
 # behind. With --switch-nodes the job's store runs on the node beside rack 0's switch, and
-# --queue-bytes sets every link's queue. Skips (exit 77) where network namespaces cannot be made (not root, no netns or tbf).
+# --queue-bytes sets every link's queue. The pool allreduce is exact through 1% loss, and a rank
+# waits for a peer's hello that the fabric holds back for 5 s instead of closing its connection.
+# Every run is bounded; a failed check prints the end of its run's output. Skips (exit 77) where
+# network namespaces cannot be made (not root, no netns or tbf).
 #
 #   bash tests/cli/emu_cluster.sh path/to/strata
 set -u
@@ -131,6 +134,26 @@ grep -Eq '^results +[1-9]' "$out" && grep -Eq 'pool +[0-9]' "$out"
 check "pool allreduce: the node served reductions, and bench named the pool algorithm" $?
 grep -Eq 'counter packets [1-9][0-9]* .* drop' "$out"
 check "--loss 1: the bridges dropped frames" $?
+
+# A peer's hello held back 5 s by the fabric (the bridges drop every segment that carries the
+# transport's hello magic, TCP's retransmissions included): the rank waits for it. With a 2 s
+# deadline it closed the connection, the peer's first message in it was lost, and both ranks waited
+# for the communicator's timeout (30 s here; 300 s by default, which is how this test once hung).
+out=$TMP/late_hello.txt
+emu --racks 1 --hosts 2 \
+    --run "if [ \$RANK = 0 ]; then
+               F=\$(awk 'NR == 1 { print \$5 }' \$EMU_DIR/ranks)
+               ip netns exec \$F nft add table bridge hello &&
+               ip netns exec \$F nft add chain bridge hello c '{ type filter hook forward priority 0; }' &&
+               ip netns exec \$F nft add rule bridge hello c meta l4proto tcp @th,256,32 0x43545453 counter drop
+               (sleep 5; ip netns exec \$F nft list table bridge hello; ip netns exec \$F nft delete table bridge hello) &
+           fi
+           STRATA_COMM_TIMEOUT_MS=30000 $B allreduce --sizes 1K -n 2 -w 1; rc=\$?; wait; exit \$rc" \
+    >"$out" 2>&1
+check "a hello held back 5 s by the fabric: the job ran" $?
+grep -q 'all results correct' "$out" && grep -Eq 'counter packets [1-9][0-9]* .* drop' "$out" &&
+    ! grep -q 'sent no hello' "$out"
+check "a hello held back 5 s: the rank waited for it, the results are correct" $?
 
 # --launch: the ranks of one `strata launch` enter their hosts.
 cat >"$TMP/whoami.sh" <<'EOF2'

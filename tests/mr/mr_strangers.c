@@ -229,9 +229,12 @@ static int collectives_among_strangers(int rank, int n, void *arg)
 static void run(int n)
 {
     // A 15 s timeout: a rank held by strangers for long (2 s each, before the fix) makes its peers
-    // time out; a rank that never waits on one finishes each call in milliseconds.
+    // time out; a rank that never waits on one finishes each call in milliseconds. A 2 s hello
+    // deadline (20 s by default, where the kernel holds a silent connection 31 s before it is
+    // accepted): the silent strangers are closed within LONG_MS.
     st_ranks_opts_t o = {.deadline_ms = 240000,
-                         .extra_env = "STRATA_COMM_TRANSPORT=tcp;STRATA_COMM_TIMEOUT_MS=15000",
+                         .extra_env = "STRATA_COMM_TRANSPORT=tcp;STRATA_COMM_TIMEOUT_MS=15000;"
+                                      "STRATA_TCP_HELLO_MS=2000",
                          .expect_fail_rank = -1};
     if (st_test_ranks(n, collectives_among_strangers, NULL, &o) != 0)
         fail_msg("%d tcp ranks among strangers failed", n);

@@ -22,6 +22,11 @@
  * hello; a newcomer evicts the one that has waited longest (a peer sends its hello with the
  * connection, so the longest silent is the likeliest stranger), so strangers cannot lock peers
  * out. Bad hellos, silence and evictions close that socket and are logged; the job never notices.
+ * The deadline is long (20 s) because closing a peer's connection loses what it already sent on
+ * it, and the peer is not told: its receiver waits for that message until the communicator's
+ * timeout. A congested link that drops the hello and TCP's retransmissions of it for 2 s (the old
+ * deadline) did that on the emulated cluster. Eviction, not the deadline, bounds what strangers
+ * hold.
  *
  * Sockets are non-blocking; a message is a 16-byte header (tag; size and slice count) followed by
  * its bytes, streamed straight from the sender's buffer and, for plain receives, straight into the
@@ -168,7 +173,7 @@ static strata_status_t tcp_open(st_ep_t *ep, st_transport_t **out)
         free(t);
         return rc;
     }
-    t->hello_ns = (uint64_t)ST_MAX(st_knob_int("STRATA_TCP_HELLO_MS", 2000), 1ll) * 1000000ull;
+    t->hello_ns = (uint64_t)ST_MAX(st_knob_int("STRATA_TCP_HELLO_MS", 20000), 1ll) * 1000000ull;
     // Listen on the interface that reaches the store unless told otherwise: on a cluster that is
     // the interface peers can reach too.
     struct sockaddr_in sa = {.sin_family = AF_INET};
