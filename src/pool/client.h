@@ -16,11 +16,13 @@
 
 #define PC_RX_BATCH 32
 #define PC_TX_BATCH 64
-/* A destination sends its DONE at most PC_DONE_TRIES times, each wait twice the one before, and
- * then returns without the origin's acknowledgement (reduce.c); the origin, as it returns, sends
- * every destination PC_FINAL_ACKS more acknowledgements (engine.c). */
-#define PC_DONE_TRIES 5
-#define PC_FINAL_ACKS 2
+/* A destination sends its DONE at most PC_DONE_TRIES times, each wait twice the one before (from a
+ * retransmission timeout, up to PC_DONE_GAP_MAX of them), and then returns without the origin's
+ * acknowledgement (reduce.c); the origin, as it returns, sends every destination PC_FINAL_ACKS
+ * more acknowledgements (engine.c). */
+#define PC_DONE_TRIES   8
+#define PC_DONE_GAP_MAX 8
+#define PC_FINAL_ACKS   2
 
 struct strata_pool {
     int fd, n;
@@ -75,6 +77,8 @@ typedef struct op {
     bool has_group;
     bool dest_done[STRATA_POOL_MAX_DESTS];
     int ndests_done;
+    uint32_t dest_missing[STRATA_POOL_MAX_DESTS]; /* the fewest blocks a destination's NACKs listed
+                                                     (0: none yet) */
     strata_pool_stats_t *stats;
     strata_status_t err;
     size_t nwanted;          /* items wanted again by a destination, not yet resent */

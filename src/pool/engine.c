@@ -193,6 +193,17 @@ static bool on_reply(void *ctx, const pl_msg_t *m, const struct sockaddr_in *fro
                 o->nwanted++;
             }
         }
+        // A destination whose NACKs list fewer blocks each time is being repaired: progress,
+        // however long its repair takes (it used to fail the call after the timeout at high
+        // loss). One that asks for the same blocks again is not.
+        uint32_t missing = (uint32_t)(m->payload_len / 4);
+        for (int k = 0; k < o->red->ndests; k++)
+            if (pc_same_addr(&o->dests[k], from)) {
+                bool fewer = missing && (!o->dest_missing[k] || missing < o->dest_missing[k]);
+                if (fewer)
+                    o->dest_missing[k] = missing;
+                return fewer;
+            }
         return false;
     }
     if (o->kind == PL_REDUCE && h->op == PL_DONE) {

@@ -866,6 +866,91 @@ static void test_nack_ahead_of_window(void **state)
     free(src), free(out);
 }
 
+/* A destination repaired slowly: a scripted one that, having seen the origin's first block, NACKs
+ * every 50 ms quiet for 2 s (40 times), each NACK listing one block fewer when it shrinks, the
+ * same blocks when not, then sends DONE. The origin's timeout is 1 s and it holds every block of its
+ * own at once, so only the NACKs can keep the call alive: shrinking ones must (the call used to fail
+ * after 1 s however the destination progressed), repeated ones must not (a destination stuck asking
+ * cannot hold the origin past its timeout). */
+typedef struct scripted_dest {
+    int fd;
+    uint32_t nblocks;
+    bool shrink;
+    atomic_int stop;
+} scripted_dest_t;
+
+static void *scripted_main(void *arg)
+{
+    scripted_dest_t *d = arg;
+    static uint8_t buf[PL_MAX_DGRAM];
+    struct sockaddr_in origin = {0};
+    uint32_t flow = 0, sent = 0;
+    bool have = false;
+    while (!atomic_load(&d->stop)) {
+        struct pollfd pfd = {.fd = d->fd, .events = POLLIN};
+        ssize_t n = poll(&pfd, 1, 50) > 0 ? recv(d->fd, buf, sizeof buf, 0) : -1;
+        pl_msg_t m;
+        if (!have && n > 0 && pl_decode(buf, (size_t)n, &m) && m.h.op == PL_RESULT) {
+            origin = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = m.h.origin_port,
+                                          .sin_addr.s_addr = m.h.origin_ip};
+            flow = m.h.flow;
+            have = true;
+        }
+        if (!have || n > 0)
+            continue; // a NACK or DONE each time 50 ms pass quietly
+        uint32_t list[64], k = 0, first = d->shrink ? sent : 0;
+        for (uint32_t i = first; sent < d->nblocks && i < d->nblocks && k < 64; i++)
+            list[k++] = i;
+        sent++;
+        pl_hdr_t h = {.op = k ? PL_NACK : PL_DONE, .flow = flow, .len = 4 * k};
+        uint8_t out[PL_MAX_DGRAM];
+        size_t len = pl_encode(out, &h, NULL, NULL, k ? list : NULL, h.len);
+        sendto(d->fd, out, len, 0, (struct sockaddr *)&origin, sizeof origin);
+    }
+    return NULL;
+}
+
+static strata_status_t slow_repair(bool shrink, double *secs)
+{
+    node_thread_t t[1] = {0};
+    start_nodes(t, 1, 0, 0, 0);
+    strata_pool_t *origin = open_pool(t, 1, 1000);
+    size_t block = strata_pool_block_bytes(origin), nblocks = 40, count = nblocks * block / 4;
+    float *src = calloc(count, 4), *out = malloc(count * 4);
+    scripted_dest_t d = {.nblocks = (uint32_t)nblocks, .shrink = shrink};
+    char dest[32];
+    d.fd = loopback_socket(dest, sizeof dest);
+    const char *dests[1] = {dest};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, scripted_main, &d), 0);
+    strata_pool_hop_t hop = {0, 0};
+    strata_pool_reduce_t op = {.src = src, .dst = out, .count = count, .dtype = STRATA_POOL_F32,
+                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
+    uint64_t t0 = st_now_ns();
+    strata_status_t rc = strata_pool_reduce(origin, &op);
+    *secs = (double)(st_now_ns() - t0) / 1e9;
+    if (rc != STRATA_OK)
+        print_message("    %s after %.2f s: %s\n", shrink ? "shrinking" : "repeating", *secs,
+                      strata_last_error());
+    atomic_store(&d.stop, 1);
+    pthread_join(tid, NULL);
+    close(d.fd);
+    strata_pool_close(origin);
+    stop_nodes(t, 1);
+    free(src), free(out);
+    return rc;
+}
+
+static void test_slow_repair_is_progress(void **state)
+{
+    (void)state;
+    double secs;
+    assert_int_equal(slow_repair(true, &secs), STRATA_OK);
+    assert_true(secs >= 1.9); // it waited for the DONE at the end of the script
+    assert_int_equal(slow_repair(false, &secs), STRATA_ERR_PEER_FAILED);
+    assert_true(secs < 1.9); // failed at its timeout, not at the script's DONE
+}
+
 /* ---- failures ------------------------------------------------------------------------------------ */
 
 /* A node that stops answering mid-operation: the call fails, naming it, within its timeout. Node 1
@@ -1127,6 +1212,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_multicast),
         cmocka_unit_test(test_receiver_repairs_by_nack),
         cmocka_unit_test(test_lost_acknowledgement),
+        cmocka_unit_test(test_slow_repair_is_progress),
         cmocka_unit_test(test_nack_ahead_of_window),
         cmocka_unit_test(test_dead_node_named),
         cmocka_unit_test(test_wrong_secret),
