@@ -583,6 +583,36 @@ static int loopback_socket(char *addr, size_t len)
     return fd;
 }
 
+/* A one-hop reduction (node 0, address 0) of src into out with one destination, dest: what the
+ * tests of a destination played by a thread of their own run as the origin. */
+static strata_status_t reduce_to(strata_pool_t *origin, const float *src, float *out, size_t count,
+                                 const char *dest)
+{
+    strata_pool_hop_t hop = {0, 0};
+    const char *dests[1] = {dest};
+    strata_pool_reduce_t op = {.src = src, .dst = out, .count = count, .dtype = STRATA_POOL_F32,
+                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
+    return strata_pool_reduce(origin, &op);
+}
+
+/* Where a RESULT's origin (the caller of the reduction) takes NACKs and DONEs. */
+static struct sockaddr_in result_origin(const pl_msg_t *m)
+{
+    return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = m->h.origin_port,
+                                .sin_addr.s_addr = m->h.origin_ip};
+}
+
+/* A scripted destination's word to the origin of flow: a NACK listing the k blocks in missing, or
+ * DONE when k is 0. */
+static void tell_origin(int fd, const struct sockaddr_in *origin, uint32_t flow,
+                        const uint32_t *missing, uint32_t k)
+{
+    pl_hdr_t h = {.op = k ? PL_NACK : PL_DONE, .flow = flow, .len = 4 * k};
+    uint8_t out[PL_MAX_DGRAM];
+    size_t len = pl_encode(out, &h, NULL, NULL, k ? missing : NULL, h.len);
+    sendto(fd, out, len, 0, (const struct sockaddr *)origin, sizeof *origin);
+}
+
 typedef struct relay {
     int fd, receiver_port;
     int drop_block;  /* the first copy of this block is lost (-1: none) */
@@ -735,11 +765,7 @@ static void lost_ack(int drop_acks)
     assert_int_equal(pthread_create(&relay_tid, NULL, relay_main, &r), 0);
     uint64_t t0 = st_now_ns();
     assert_int_equal(pthread_create(&recv_tid, NULL, receiver_main, &ra), 0);
-    strata_pool_hop_t hop = {0, 0};
-    const char *dests[1] = {relay_addr};
-    strata_pool_reduce_t op = {.src = src, .dst = mine, .count = count, .dtype = STRATA_POOL_F32,
-                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
-    strata_status_t rc = strata_pool_reduce(origin, &op);
+    strata_status_t rc = reduce_to(origin, src, mine, count, relay_addr);
     char err[256];
     snprintf(err, sizeof err, "%s", rc ? strata_last_error() : "");
     pthread_join(recv_tid, NULL);
@@ -799,8 +825,7 @@ static void *greedy_main(void *arg)
         pl_msg_t m;
         bool fresh = n > 0 && pl_decode(buf, (size_t)n, &m) && m.h.op == PL_RESULT;
         if (fresh) {
-            origin = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = m.h.origin_port,
-                                          .sin_addr.s_addr = m.h.origin_ip};
+            origin = result_origin(&m);
             flow = m.h.flow;
             have = true;
             if (m.h.seq < g->nblocks && !seen[m.h.seq]) {
@@ -817,10 +842,7 @@ static void *greedy_main(void *arg)
         for (uint32_t i = 0; i < g->nblocks && i < 64; i++)
             if (!asked || !seen[i])
                 list[k++] = i;
-        pl_hdr_t h = {.op = k ? PL_NACK : PL_DONE, .flow = flow, .len = 4 * k};
-        uint8_t out[PL_MAX_DGRAM];
-        size_t len = pl_encode(out, &h, NULL, NULL, k ? list : NULL, h.len);
-        sendto(g->fd, out, len, 0, (struct sockaddr *)&origin, sizeof origin);
+        tell_origin(g->fd, &origin, flow, list, k);
         asked = true;
     }
     free(seen);
@@ -841,13 +863,9 @@ static void test_nack_ahead_of_window(void **state)
     greedy_dest_t g = {.nblocks = nblocks};
     char dest[32];
     g.fd = loopback_socket(dest, sizeof dest);
-    const char *dests[1] = {dest};
     pthread_t tid;
     assert_int_equal(pthread_create(&tid, NULL, greedy_main, &g), 0);
-    strata_pool_hop_t hop = {0, 0};
-    strata_pool_reduce_t op = {.src = src, .dst = out, .count = count, .dtype = STRATA_POOL_F32,
-                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
-    strata_status_t rc = strata_pool_reduce(origin, &op);
+    strata_status_t rc = reduce_to(origin, src, out, count, dest);
     char err[256];
     snprintf(err, sizeof err, "%s", rc ? strata_last_error() : "");
     atomic_store(&g.stop, 1);
@@ -891,8 +909,7 @@ static void *scripted_main(void *arg)
         ssize_t n = poll(&pfd, 1, 50) > 0 ? recv(d->fd, buf, sizeof buf, 0) : -1;
         pl_msg_t m;
         if (!have && n > 0 && pl_decode(buf, (size_t)n, &m) && m.h.op == PL_RESULT) {
-            origin = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = m.h.origin_port,
-                                          .sin_addr.s_addr = m.h.origin_ip};
+            origin = result_origin(&m);
             flow = m.h.flow;
             have = true;
         }
@@ -902,10 +919,7 @@ static void *scripted_main(void *arg)
         for (uint32_t i = first; sent < d->nblocks && i < d->nblocks && k < 64; i++)
             list[k++] = i;
         sent++;
-        pl_hdr_t h = {.op = k ? PL_NACK : PL_DONE, .flow = flow, .len = 4 * k};
-        uint8_t out[PL_MAX_DGRAM];
-        size_t len = pl_encode(out, &h, NULL, NULL, k ? list : NULL, h.len);
-        sendto(d->fd, out, len, 0, (struct sockaddr *)&origin, sizeof origin);
+        tell_origin(d->fd, &origin, flow, list, k);
     }
     return NULL;
 }
@@ -920,14 +934,10 @@ static strata_status_t slow_repair(bool shrink, double *secs)
     scripted_dest_t d = {.nblocks = (uint32_t)nblocks, .shrink = shrink};
     char dest[32];
     d.fd = loopback_socket(dest, sizeof dest);
-    const char *dests[1] = {dest};
     pthread_t tid;
     assert_int_equal(pthread_create(&tid, NULL, scripted_main, &d), 0);
-    strata_pool_hop_t hop = {0, 0};
-    strata_pool_reduce_t op = {.src = src, .dst = out, .count = count, .dtype = STRATA_POOL_F32,
-                               .route = &hop, .hops = 1, .dests = dests, .ndests = 1};
     uint64_t t0 = st_now_ns();
-    strata_status_t rc = strata_pool_reduce(origin, &op);
+    strata_status_t rc = reduce_to(origin, src, out, count, dest);
     *secs = (double)(st_now_ns() - t0) / 1e9;
     if (rc != STRATA_OK)
         print_message("    %s after %.2f s: %s\n", shrink ? "shrinking" : "repeating", *secs,
