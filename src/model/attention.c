@@ -17,10 +17,10 @@
  * k/v head) pair, its group's query heads one after the other, so the k/v gradients are summed in
  * head order by one thread, whatever the threads.
  *
- * At bf16 the products read q, k, v and the output gradient from copies rounded once per pass
- * (each thread holding them, st_operand_hold_copy), not from each block's operands rounded for
- * every product: those are read by several products (k and v by every later row block), about
- * 2.4 times the copies' values at T = 256.
+ * At bf16 the products read q, k, v and the output gradient from copies rounded once (each thread
+ * holding them, st_operand_hold_copy), not from each block's operands rounded for every product:
+ * those are read by several products (k and v by every later row block), about 2.4 times the
+ * copies' values at T = 256. q, k and v's copy may be the forward's, kept for the backward.
  *
  * Storage of P (and of the backward's dP / dS scratch): each row keeps only its block's computed
  * keys, in a band of st_attention_band(T, W) columns: row i's key j at i * band + j - k0, k0 the
@@ -87,11 +87,12 @@ static inline int qkv_ld(const att_job_t *j)
     return j->C + 2 * j->C / j->NH * j->NKV;
 }
 
-/* Rounds x (n floats) into copy once, on the calling thread's products' behalf too; false (copy
- * unused) at fp32, without a copy, or when it could not be held. */
-static bool round_copy(const float *x, size_t n, uint16_t *copy)
+/* Rounds x (n floats) into copy once (unless `rounded`: it holds x rounded already), on the calling
+ * thread's products' behalf too; false (copy unused) at fp32, without a copy, or when it could not
+ * be held. */
+static bool round_copy(const float *x, size_t n, uint16_t *copy, bool rounded)
 {
-    if (!copy || !st_operand_hold_copy(x, n, copy, true))
+    if (!copy || !st_operand_hold_copy(x, n, copy, !rounded))
         return false;
     st_operand_release(x);
     return true;
@@ -162,15 +163,16 @@ static void forward_heads(void *ctx, size_t h0, size_t h1)
 }
 
 /* The (batch row, head) pairs are independent: spread over the threads, each its own products. */
-void st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qkv16, int B, int T,
+bool st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qkv16, int B, int T,
                           int C, int NH, int NKV, int window)
 {
     att_job_t j = att_job(qkv, T, C, NH, NKV, window);
     j.out = out;
     j.att = att;
     j.nqkv = (size_t)B * T * qkv_ld(&j);
-    j.qkv16 = round_copy(qkv, j.nqkv, qkv16) ? qkv16 : NULL;
+    j.qkv16 = round_copy(qkv, j.nqkv, qkv16, false) ? qkv16 : NULL;
     st_parallel_products((size_t)B * NH, 1, forward_heads, &j);
+    return j.qkv16 != NULL;
 }
 
 /* One query head's gradients: dq (written), and dk, dv (written when `first`, the group's first
@@ -253,8 +255,8 @@ static void backward_groups(void *ctx, size_t g0, size_t g1)
 }
 
 void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
-                           const float *qkv, const float *att, uint16_t *qkv16, uint16_t *dout16,
-                           int B, int T, int C, int NH, int NKV, int window)
+                           const float *qkv, const float *att, uint16_t *qkv16, bool qkv16_rounded,
+                           uint16_t *dout16, int B, int T, int C, int NH, int NKV, int window)
 {
     att_job_t j = att_job(qkv, T, C, NH, NKV, window);
     j.dqkv = dqkv;
@@ -263,8 +265,8 @@ void st_attention_backward(float *dqkv, float *scratch, int nscratch, const floa
     j.patt = att;
     j.nqkv = (size_t)B * T * qkv_ld(&j);
     j.ndout = (size_t)B * T * C;
-    j.qkv16 = round_copy(qkv, j.nqkv, qkv16) ? qkv16 : NULL;
-    j.dout16 = round_copy(dout, j.ndout, dout16) ? dout16 : NULL;
+    j.qkv16 = round_copy(qkv, j.nqkv, qkv16, qkv16_rounded) ? qkv16 : NULL;
+    j.dout16 = round_copy(dout, j.ndout, dout16, false) ? dout16 : NULL;
     size_t pairs = (size_t)B * NKV, per = nscratch > 1 ? (pairs + nscratch - 1) / nscratch : pairs;
     st_parallel_products(pairs, per, backward_groups, &j);
 }

@@ -38,6 +38,8 @@ typedef struct prim_key {
     int bias; /* a bias row added to every row of C (1) or none (0) */
     float alpha, beta;
 } prim_key_t;
+_Static_assert(sizeof(prim_key_t) == 10 * sizeof(int) + 2 * sizeof(float),
+               "prim_key_t has no padding: it is hashed and compared as bytes");
 
 typedef struct prim {
     bool used;
@@ -229,16 +231,35 @@ static dnnl_status_t build(prim_t *s, const prim_key_t *k)
     return dnnl_success;
 }
 
+/* The slot a key's search starts at: FNV-1a of its bytes (the key has no padding). */
+static int home(const prim_key_t *k)
+{
+    const unsigned char *b = (const unsigned char *)k;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return (int)(h % CACHE_SLOTS);
+}
+
+/* A key is searched from its home slot on, up to the first slot never used: a new key takes that
+ * one, so a step's few dozen shapes are found at their first or second look (a scan of every slot
+ * was 0.45% of a small model's step). Slots are never emptied, only reused, so once all are taken
+ * a key evicted into another's slot is found by searching on; the least recently used is evicted. */
 static prim_t *lookup(gemm_cache_t *g, const prim_key_t *k)
 {
-    prim_t *victim = &g->slot[0];
-    for (int i = 0; i < CACHE_SLOTS; i++) {
-        prim_t *s = &g->slot[i];
-        if (s->used && memcmp(&s->key, k, sizeof *k) == 0) {
+    int h = home(k);
+    prim_t *victim = NULL;
+    for (int n = 0; n < CACHE_SLOTS; n++) {
+        prim_t *s = &g->slot[(h + n) % CACHE_SLOTS];
+        if (!s->used) {
+            victim = s;
+            break;
+        }
+        if (memcmp(&s->key, k, sizeof *k) == 0) {
             s->last = ++g->tick;
             return s;
         }
-        if (!s->used || (victim->used && s->last < victim->last))
+        if (!victim || s->last < victim->last)
             victim = s;
     }
     prim_free(victim);

@@ -28,8 +28,8 @@ typedef struct block_layout {
 /* A block's activations that bf16 products read twice, in the forward and again for the weight
  * gradients, kept rounded in between (pass.c): ln1 and ln2, their column layers' input (not under
  * sequence parallelism, where the products read the gathered rows instead), and atty and the MLP's
- * activation, their row layers'. */
-enum { ACT_LN1, ACT_LN2, ACT_ATTY, ACT_MLP, ACT_KINDS };
+ * activation, their row layers'; and qkv, which attention's products read in both passes. */
+enum { ACT_LN1, ACT_LN2, ACT_ATTY, ACT_MLP, ACT_QKV, ACT_KINDS };
 
 /* Activations of one block, pointers into the activation arena. Rows: the residual stream (x, ln*,
  * res*, their statistics) has R rows (B*T, or B*T/tp with sequence parallelism); the head-split

@@ -250,12 +250,12 @@ void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* tanh(u) = 1 - 2 / (exp(2u) + 1) in arithmetic that vectorises (libm's tanhf does not); |u| > 9
- * is +-1 in float anyway. */
+/* tanh(u) = 1 - 2 / (exp(2u) + 1) in arithmetic that vectorises (libm's tanhf does not). No clamp
+ * of u of its own: st_exp's keeps the quotient finite, and from |u| > 9 on it rounds to +-1 either
+ * way. A second clamp here made GCC mask the whole AVX-512 loop by which bound each lane took,
+ * 1.5 times the pass's time (1.24 against 0.83 ns an element, same bits). */
 static inline float tanh_vec(float u)
 {
-    u = u < -9.f ? -9.f : u;
-    u = u > 9.f ? 9.f : u;
     return 1.f - 2.f / (st_exp(2.f * u) + 1.f);
 }
 

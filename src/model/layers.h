@@ -127,15 +127,16 @@ int st_attention_band(int T, int window);
  * its block's computed keys (see attention.c); out[B,T,C] = att v. backward reads only what
  * forward wrote. qkv16 (B*T*(C+2KV) halves) and, in the backward, dout16 (B*T*C): at bf16, room
  * for qkv and dout rounded once for every head's products (NULL: each product rounds its
- * operands). */
-void st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qkv16, int B, int T,
+ * operands). The forward returns whether qkv16 then holds qkv rounded: a backward on the same qkv
+ * may read it as it is (qkv16_rounded) instead of rounding qkv again. */
+bool st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qkv16, int B, int T,
                           int C, int NH, int NKV, int window);
 /* dqkv[B,T,C+2KV] is WRITTEN (a k/v head's gradient summed over its group's query heads in head
  * order); scratch holds nscratch blocks of T*band floats, one per thread at most that the (batch
  * row, k/v head) pairs are spread over. */
 void st_attention_backward(float *dqkv, float *scratch, int nscratch, const float *dout,
-                           const float *qkv, const float *att, uint16_t *qkv16, uint16_t *dout16,
-                           int B, int T, int C, int NH, int NKV, int window);
+                           const float *qkv, const float *att, uint16_t *qkv16, bool qkv16_rounded,
+                           uint16_t *dout16, int B, int T, int C, int NH, int NKV, int window);
 
 /* Cross-entropy of logits[N,V] against targets[N]: saves lse[N] (log-sum-exp per row) and returns
  * the mean loss (summed in double). */

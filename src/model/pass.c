@@ -115,8 +115,11 @@ static bool slot_a16(strata_gpt_t *m, slot_t *sl)
     size_t N = (size_t)m->max_batch * m->cfg.max_seq, C = m->cfg.d_model;
     // Under sp the column layers read ln1's and ln2's gathered rows, never these: none kept.
     size_t ln = m->shard.sp ? 0 : N * C;
-    size_t each[ACT_KINDS] = {ln, m->cfg.parallel ? 0 : ln, N * m->Cl, N * m->Fl};
-    size_t per = each[0] + each[1] + each[2] + each[3];
+    size_t each[ACT_KINDS] = {ln, m->cfg.parallel ? 0 : ln, N * m->Cl, N * m->Fl,
+                              N * (size_t)st_qkv_width(m)};
+    size_t per = 0;
+    for (int k = 0; k < ACT_KINDS; k++)
+        per += each[k];
     if (!(sl->a16 = malloc(per * (size_t)m->nblocks * sizeof *sl->a16)))
         return false;
     uint16_t *at = sl->a16;
@@ -128,10 +131,9 @@ static bool slot_a16(strata_gpt_t *m, slot_t *sl)
     return true;
 }
 
-/* The attention's operand copies (st_attention_forward's qkv16, then the backward's dout16),
- * allocated at the first bf16 pass; NULL at fp32, with no_copies, or without the memory (each
- * attention product then rounds its operands). One pair serves every block: each pass rounds its
- * block's operands again. */
+/* The attention's operand copies (qkv16 where the block keeps none of its own, and the backward's
+ * dout16), allocated at the first bf16 pass; NULL at fp32, with no_copies, or without the memory
+ * (each attention product then rounds its operands). One pair serves every block. */
 static uint16_t *att_copies(strata_gpt_t *m)
 {
     if (m->no_copies || strata_blas_precision() != STRATA_PREC_BF16)
@@ -278,8 +280,14 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
                                 st_qkv_width(m), false));
     rope(m, a->qkv, B, T, false);
     st_model_progress(m);
-    st_attention_forward(a->atty, a->att, a->qkv, att_copies(m), B, T, Cl, m->NHl, m->NKVl,
-                         c->window);
+    // qkv rounded into the block's kept copy, which the backward's products read again.
+    uint16_t *q16 = a->h16[ACT_QKV] && !m->no_copies ? a->h16[ACT_QKV] : att_copies(m);
+    bool kept = st_attention_forward(a->atty, a->att, a->qkv, q16, B, T, Cl, m->NHl, m->NKVl,
+                                     c->window);
+    if (kept && q16 == a->h16[ACT_QKV])
+        a->h16_ok |= 1u << ACT_QKV;
+    else
+        a->h16_ok &= ~(1u << ACT_QKV);
     st_model_progress(m);
     hold_act(m, a, h, ACT_ATTY, a->atty, (size_t)N * Cl, true);
     // The parallel block's MLP reads ln1 too and adds to res1 = x + attn: no norm reads res1, so
@@ -481,10 +489,12 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     ST_TRY(st_tp_row_backward(m, m->dbuf, split ? NULL : g + o->projw, ST_AT(g, o->projb), m->dres,
                               a->atty, p + o->projw, N, Cl, C, a->dproj));
     st_model_progress(m);
-    uint16_t *qkv16 = att_copies(m);
-    uint16_t *d16 = qkv16 ? qkv16 + (size_t)N * st_qkv_width(m) : NULL;
-    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att, qkv16, d16,
-                          B, T, Cl, m->NHl, m->NKVl, c->window);
+    uint16_t *shared16 = att_copies(m);
+    uint16_t *d16 = shared16 ? shared16 + (size_t)N * st_qkv_width(m) : NULL;
+    bool kept = (a->h16_ok & (1u << ACT_QKV)) && !m->no_copies;
+    st_attention_backward(m->dqkv, m->dscratch, m->nscratch, m->dbuf, a->qkv, a->att,
+                          kept ? a->h16[ACT_QKV] : shared16, kept, d16, B, T, Cl, m->NHl, m->NKVl,
+                          c->window);
     rope(m, m->dqkv, B, T, true);
     st_model_progress(m);
     if (split)

@@ -425,7 +425,7 @@ static void check_attention_gqa(int B, int T, int C, int NH, int NKV, int W)
     for (size_t i = 0; i < T * band; i++)
         scratch[i] = NAN;
     at_fwd(&a, out);
-    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, NULL, NULL, B, T, C, NH, NKV, W);
+    st_attention_backward(dqkv, scratch, 1, R, a.qkv, a.att, NULL, false, NULL, B, T, C, NH, NKV, W);
     attention_ref(ref, dref, a.qkv, R, B, T, C, NH, NKV, W);
     expect_near("attn.out", T, out, ref, nout);
     expect_near("attn.dqkv", T, dqkv, dref, nq);
