@@ -7,11 +7,14 @@
  * independent chains, so a softmax row ran one scalar expf and one serial add at a time. Here:
  *  - st_exp is exp in plain arithmetic, which the compiler vectorises;
  *  - st_sum / st_max / st_dot reduce with ST_LANES fixed lanes, combined in a fixed order, so the
- *    result is the same whichever clone runs (and the loops vectorise without reassociation);
+ *    result does not depend on the thread count or the vector width (and the loops vectorise
+ *    without reassociation);
  *  - ST_VEC_CLONES makes GCC emit AVX-512 and AVX2 clones of a hot function next to the baseline
  *    one and pick at load time (target_clones, an ifunc); the AVX-512 clone runs twice the lanes
- *    of the AVX2 one where the core has the full-width units. ISO C mode (-std=c11) implies
- *    -ffp-contract=off, so no clone fuses multiply-adds: all compute bit-identical values. */
+ *    of the AVX2 one where the core has the full-width units. The model part builds with
+ *    -ffp-contract=fast (CMakeLists.txt says why), so those two clones (x86-64-v4 and v3, both
+ *    with FMA) fuse multiply-adds and the baseline does not: one machine always runs the same
+ *    clone, and its results are the same at any thread count. */
 #ifndef ST_MODEL_VECMATH_H
 #define ST_MODEL_VECMATH_H
 
@@ -22,7 +25,8 @@
  * ifunc resolvers, which then crash before main. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) &&      \
     !defined(__SANITIZE_THREAD__)
-#define ST_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ST_VEC_CLONES                                                                              \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ST_VEC_CLONES
 #endif

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # --precision bf16 against fp32 (issue 19): the same run, 300 steps, in both precisions.
-#   - bf16 tracks fp32: the mean loss of the last 50 steps within 2% of fp32's, and every step
-#     within 10% (the two runs round differently, so their batches' losses wander apart step by
-#     step; measured here: 0.35% and 4.6%);
+#   - bf16 tracks fp32: the mean loss of the last 50 steps within 1% of fp32's, and every step
+#     within 5% (the two runs round differently, so their batches' losses wander apart step by
+#     step; measured here, seeds 1-5: 0.01% and 0.4% at worst). At learning rate 1e-3: at 3e-3
+#     this small model's run is unstable right after warm-up, and whether a loss spike hits one
+#     precision and not the other is chance (seed 4: 64% apart at step 24, in float32 vs bf16
+#     alike), which a test must not measure;
 #   - bf16 really computes in bf16 where the CPU has bf16 units (the banner names them): its curve
 #     is not fp32's bit for bit; where the CPU has none (forced with oneDNN's ONEDNN_MAX_CPU_ISA,
 #     50 steps, and on such machines anyway), the banner says so and the run is fp32's exactly;
@@ -19,7 +22,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 fail=0
 . tests/cli/lib/train.sh
-A=(--data data/corpus/strata_tales.txt --steps 300 --warmup 20 --lr 3e-3 --threads 1 --quiet)
+A=(--data data/corpus/strata_tales.txt --steps 300 --warmup 20 --lr 1e-3 --threads 1 --quiet)
 "$S" train "${A[@]}" --precision fp32 --metrics "$W/ref.jsonl" 2>"$W/fp32.log"
 "$S" train "${A[@]}" --precision bf16 --metrics "$W/bf16.jsonl" 2>"$W/bf16.log"
 # The fp32 reference of the capped run runs capped too: oneDNN may take the fp32 products as well
@@ -34,11 +37,11 @@ track() {
     awk -v name="$1" '
         NR == FNR { ref[$1] = $2; next }
         { n++; d = $2 - ref[$1]; if (d < 0) d = -d; if (d > 0) differ = 1
-          if (d > 0.10 * ref[$1]) { bad = 1; printf "  step %d: %s vs %s\n", $1, $2, ref[$1] }
+          if (d > 0.05 * ref[$1]) { bad = 1; printf "  step %d: %s vs %s\n", $1, $2, ref[$1] }
           if ($1 > 250) { s += $2; r += ref[$1] } }
         END { m = s - r; if (m < 0) m = -m
               if (n != 300) { printf "  %d steps, want 300\n", n; bad = 1 }
-              if (m > 0.02 * r) { printf "  last 50 steps: mean %.4f vs %.4f\n", s / 50, r / 50; bad = 1 }
+              if (m > 0.01 * r) { printf "  last 50 steps: mean %.4f vs %.4f\n", s / 50, r / 50; bad = 1 }
               if (!differ) { print "  identical to fp32: bf16 not in use"; bad = 1 }
               printf "%-52s %s (last 50 steps: %.4f vs fp32 %.4f)\n", name, bad ? "FAIL" : "ok", s / 50, r / 50
               exit bad }' <(losses "$W/ref.jsonl") <(losses "$2") || fail=1
