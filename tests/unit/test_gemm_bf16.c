@@ -108,9 +108,11 @@ static void test_products(void **state)
     bool bf16 = expect_units();
     assert_int_equal(in_effect, bf16 ? STRATA_PREC_BF16 : STRATA_PREC_FP32);
     assert_int_equal(strata_blas_precision(), in_effect);
-    // The last is wide: oneDNN runs it in column panels (B not transposed), the last one narrower.
-    static const int shapes[][3] = {
-        {1, 1, 1}, {64, 96, 32}, {37, 130, 65}, {128, 17, 300}, {9, 2100, 33}};
+    // The last three are wide, tall, and both: oneDNN runs them in column panels (B not
+    // transposed), row panels (A transposed), or both, each row and column's last panel narrower.
+    static const int shapes[][3] = {{1, 1, 1},     {64, 96, 32},  {37, 130, 65},
+                                    {128, 17, 300}, {9, 2100, 33}, {2100, 9, 33},
+                                    {2100, 2100, 3}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++) {
             const int *d = shapes[s];
