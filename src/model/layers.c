@@ -4,6 +4,7 @@
  * Llama) and the residual add.
  * Attention is in attention.c, the loss in loss.c. Shapes are stated at each function in layers.h. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/gemm.h"
@@ -119,10 +120,62 @@ void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res,
     norm_forward(&(norm_job_t){out, NULL, rstd, x, x, res, w, NULL, C, eps}, N);
 }
 
-/* The norms' and the bias's backward on the threads. The input gradient goes by rows (each row
- * its own reductions); the weight and bias gradients, sums over the rows, go by column stripes in
- * a second pass, each column summed in row order: the serial loop's result, bit for bit, whatever
- * the thread count. mean NULL: RMSNorm (no db). */
+/* Sums over the rows (the gradients of a bias, of a norm's weight and bias) go by fixed blocks of
+ * SUM_ROWS rows: each block's sums in row order on one thread, then the blocks' sums added in block
+ * order. The result does not depend on the thread count (the serial run's, bit for bit), each
+ * thread streams whole rows, and a kernel adds its row's terms in the same pass that computes the
+ * row's other outputs. Column stripes (each thread the same columns of every row, in a pass of
+ * their own) ran no faster at 2 threads than at 1 in the 85M model. */
+#define SUM_ROWS 64
+
+/* Rows [r0, r1)'s work, their terms added into acc[k] (the sums' `width` floats each). */
+typedef void (*row_sums_fn)(const void *ctx, size_t r0, size_t r1, float *const *acc);
+
+typedef struct sum_job {
+    row_sums_fn fn;
+    const void *ctx;
+    float *part; /* each block's sums: nout rows of width */
+    size_t N, width;
+    int nout;
+} sum_job_t;
+
+static void sum_blocks(void *c, size_t b0, size_t b1)
+{
+    const sum_job_t *s = c;
+    for (size_t b = b0; b < b1; b++) {
+        float *acc[2];
+        for (int k = 0; k < s->nout; k++) {
+            acc[k] = s->part + (b * (size_t)s->nout + (size_t)k) * s->width;
+            memset(acc[k], 0, s->width * sizeof(float));
+        }
+        size_t r1 = (b + 1) * SUM_ROWS < s->N ? (b + 1) * SUM_ROWS : s->N;
+        s->fn(s->ctx, b * SUM_ROWS, r1, acc);
+    }
+}
+
+/* Runs fn over rows [0, N) by blocks on the threads and adds the sums into out[0, nout) (at most
+ * 2, width floats each). Without memory for the blocks' sums, fn runs over every row on this
+ * thread, adding straight into out. */
+static void sum_rows(size_t N, size_t width, float *const *out, int nout, row_sums_fn fn,
+                     const void *ctx)
+{
+    size_t blocks = (N + SUM_ROWS - 1) / SUM_ROWS;
+    // glibc serves this size from its heap once one like it was freed (its mmap threshold rises).
+    float *part = malloc(blocks * (size_t)nout * width * sizeof *part);
+    if (!part) {
+        fn(ctx, 0, N, out);
+        return;
+    }
+    sum_job_t s = {fn, ctx, part, N, width, nout};
+    st_parallel_range(blocks, 1, sum_blocks, &s);
+    for (size_t b = 0; b < blocks; b++)
+        for (int k = 0; k < nout; k++)
+            st_add_inplace(out[k], part + (b * (size_t)nout + (size_t)k) * width, width);
+    free(part);
+}
+
+/* The norms' backward: the input gradient (each row its own reductions) and, in the same pass,
+ * the weight and bias gradients' sums. mean NULL: RMSNorm (no db). */
 typedef struct norm_bwd_job {
     float *dinp, *dw, *db;
     const float *dout, *inp, *w, *mean, *rstd;
@@ -130,11 +183,12 @@ typedef struct norm_bwd_job {
 } norm_bwd_job_t;
 
 ST_VEC_CLONES
-static void norm_backward_rows(void *ctx, size_t n0, size_t n1)
+static void norm_backward_rows(const void *ctx, size_t n0, size_t n1, float *const *acc)
 {
     const norm_bwd_job_t *j = ctx;
     int C = j->C;
     const float *w = j->w;
+    float *dw = acc[0], *db = j->db ? acc[1] : NULL;
     for (size_t n = n0; n < n1; n++) {
         const float *d = j->dout + n * C, *x = j->inp + n * C;
         float *dx = j->dinp + n * C;
@@ -161,29 +215,18 @@ static void norm_backward_rows(void *ctx, size_t n0, size_t n1)
         for (i = 0; i < C; i++) {
             float norm = (x[i] - m) * s;
             dx[i] += (w[i] * d[i] - dn_mean - norm * dn_norm_mean) * s;
+            dw[i] += norm * d[i];
         }
-    }
-}
-
-ST_VEC_CLONES
-static void norm_backward_cols(void *ctx, size_t c0, size_t c1)
-{
-    const norm_bwd_job_t *j = ctx;
-    for (int n = 0; n < j->N; n++) {
-        const float *d = j->dout + (size_t)n * j->C, *x = j->inp + (size_t)n * j->C;
-        float m = j->mean ? j->mean[n] : 0.f, s = j->rstd[n];
-        for (size_t i = c0; i < c1; i++) {
-            if (j->db)
-                j->db[i] += d[i];
-            j->dw[i] += (x[i] - m) * s * d[i];
-        }
+        if (db)
+            for (i = 0; i < C; i++)
+                db[i] += d[i];
     }
 }
 
 static void norm_backward(const norm_bwd_job_t *j)
 {
-    st_parallel_range((size_t)j->N, ST_ROW_GRAIN(j->C), norm_backward_rows, (void *)j);
-    st_parallel_range((size_t)j->C, 64, norm_backward_cols, (void *)j);
+    float *out[2] = {j->dw, j->db};
+    sum_rows((size_t)j->N, (size_t)j->C, out, j->db ? 2 : 1, norm_backward_rows, j);
 }
 
 void st_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -209,28 +252,27 @@ void st_matmul_backward_input(float *dinp, const float *dout, const float *w, in
     st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, 0.f, dinp, C);
 }
 
-/* By column stripes, each bias gradient summed in row order, as the norms' above. */
+/* The bias gradient: a sum over the rows (sum_rows). */
 typedef struct bias_bwd_job {
-    float *dbias;
     const float *dout;
-    int N, OC;
+    size_t OC;
 } bias_bwd_job_t;
 
 ST_VEC_CLONES
-static void bias_backward_cols(void *ctx, size_t o0, size_t o1)
+static void bias_backward_rows(const void *ctx, size_t n0, size_t n1, float *const *acc)
 {
     const bias_bwd_job_t *j = ctx;
-    for (int n = 0; n < j->N; n++) {
-        const float *d = j->dout + (size_t)n * j->OC;
-        for (size_t o = o0; o < o1; o++)
-            j->dbias[o] += d[o];
+    for (size_t n = n0; n < n1; n++) {
+        const float *d = j->dout + n * j->OC;
+        for (size_t o = 0; o < j->OC; o++)
+            acc[0][o] += d[o];
     }
 }
 
 void st_bias_backward(float *dbias, const float *dout, int N, int OC)
 {
-    st_parallel_range((size_t)OC, 64, bias_backward_cols,
-                      &(bias_bwd_job_t){dbias, dout, N, OC});
+    bias_bwd_job_t j = {dout, (size_t)OC};
+    sum_rows((size_t)N, (size_t)OC, &dbias, 1, bias_backward_rows, &j);
 }
 
 void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
@@ -294,7 +336,7 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
  * backward: the column sums read dinp again), and the forward keeps GeLU's derivative, which
  * shares its tanh, so the backward is a product (no second tanh, exp and division a value). */
 typedef struct gelu_job {
-    float *pre, *out, *dbias;
+    float *pre, *out;
     uint16_t *out16;
     const float *bias, *inp, *dout;
     int N, OC;
@@ -354,17 +396,18 @@ void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *
     st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), act_rows, &g);
 }
 
-/* By column stripes: each bias gradient sums its column in row order, whatever the threads. */
+/* GeLU's backward with the bias gradient's sums in the same pass (sum_rows). */
 ST_VEC_CLONES
-static void gelu_bias_backward_cols(void *ctx, size_t j0, size_t j1)
+static void gelu_bias_backward_rows(const void *ctx, size_t n0, size_t n1, float *const *acc)
 {
     const gelu_job_t *g = ctx;
-    for (int n = 0; n < g->N; n++) {
-        const float *gr = g->inp + (size_t)n * g->OC, *d = g->dout + (size_t)n * g->OC;
-        float *di = g->out + (size_t)n * g->OC;
-        for (size_t j = j0; j < j1; j++) {
+    size_t OC = (size_t)g->OC;
+    for (size_t n = n0; n < n1; n++) {
+        const float *gr = g->inp + n * OC, *d = g->dout + n * OC;
+        float *di = g->out + n * OC;
+        for (size_t j = 0; j < OC; j++) {
             di[j] = gr[j] * d[j];
-            g->dbias[j] += di[j];
+            acc[0][j] += di[j];
         }
     }
 }
@@ -382,9 +425,9 @@ static void gelu_backward_rows(void *ctx, size_t n0, size_t n1)
 void st_gelu_bias_backward(float *dinp, float *dbias, const float *dgelu, const float *dout, int N,
                            int OC)
 {
-    gelu_job_t g = {.out = dinp, .dbias = dbias, .inp = dgelu, .dout = dout, .N = N, .OC = OC};
+    gelu_job_t g = {.out = dinp, .inp = dgelu, .dout = dout, .N = N, .OC = OC};
     if (dbias)
-        st_parallel_range((size_t)OC, 64, gelu_bias_backward_cols, &g);
+        sum_rows((size_t)N, (size_t)OC, &dbias, 1, gelu_bias_backward_rows, &g);
     else
         st_parallel_range((size_t)N, ST_ROW_GRAIN(OC), gelu_backward_rows, &g);
 }

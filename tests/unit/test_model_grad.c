@@ -778,9 +778,10 @@ static void test_optim_pieces(void **state)
     strata_model_destroy(m);
 }
 
-/* The kernels that sum over rows (norm and bias gradients) and the gradient norm give the same
- * bits on one thread and on three: the threads split rows or columns, never a sum's order. The
- * norm also equals st_sumsq_f32, the order a pool node's SUMSQ runs. */
+/* The kernels that sum over rows (the norms', the bias's and GeLU's with the bias gradient) and
+ * the gradient norm give the same bits on one thread and on three: the threads take whole blocks
+ * of rows (600 rows: 9 blocks of 64 and a shorter one), never a sum's order. The norm also
+ * equals st_sumsq_f32, the order a pool node's SUMSQ runs. */
 static void test_threads_bitwise(void **state)
 {
     (void)state;
@@ -789,27 +790,30 @@ static void test_threads_bitwise(void **state)
     float *x = rnd(n, 2), *d = rnd(n, 1), *w = rnd(C, 1), *b = rnd(C, 1);
     float *mean = zeros(N), *rstd = zeros(N), *out = zeros(n);
     st_layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
-    float *got[2][5];
+    enum { OUTS = 7 }; // [0, 2) and 5 have n floats, the rest C
+    float *got[2][OUTS];
     double ss[2];
     size_t big = ((size_t)7 << 16) / 2 + 3; // 3.5 of st_sumsq_f32's blocks and a tail
     float *g = rnd(big, 1);
     for (int k = 0; k < 2; k++) {
         strata_blas_set_threads(k ? 3 : 1);
-        for (int t = 0; t < 5; t++)
-            got[k][t] = zeros(t < 2 ? n : (size_t)C);
+        for (int t = 0; t < OUTS; t++)
+            got[k][t] = zeros(t < 2 || t == 5 ? n : (size_t)C);
         st_layernorm_backward(got[k][0], got[k][2], got[k][3], d, x, w, mean, rstd, N, C);
         st_rmsnorm_backward(got[k][1], got[k][4], d, x, w, rstd, N, C);
         st_bias_backward(got[k][3], d, N, C);
+        st_gelu_bias_backward(got[k][5], got[k][6], x, d, N, C);
         ss[k] = strata_sumsq(g, big);
     }
     strata_blas_set_threads(1);
-    for (int t = 0; t < 5; t++)
-        assert_memory_equal(got[0][t], got[1][t], (t < 2 ? n : (size_t)C) * sizeof(float));
+    for (int t = 0; t < OUTS; t++)
+        assert_memory_equal(got[0][t], got[1][t],
+                            (t < 2 || t == 5 ? n : (size_t)C) * sizeof(float));
     assert_memory_equal(&ss[0], &ss[1], sizeof(double));
     double ref = st_sumsq_f32(g, big);
     assert_memory_equal(&ss[1], &ref, sizeof(double));
     for (int k = 0; k < 2; k++)
-        for (int t = 0; t < 5; t++)
+        for (int t = 0; t < OUTS; t++)
             free(got[k][t]);
     free(x), free(d), free(w), free(b), free(mean), free(rstd), free(out), free(g);
 }
