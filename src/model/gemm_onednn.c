@@ -241,10 +241,12 @@ static int home(const prim_key_t *k)
     return (int)(h % CACHE_SLOTS);
 }
 
-/* A key is searched from its home slot on, up to the first slot never used: a new key takes that
- * one, so a step's few dozen shapes are found at their first or second look (a scan of every slot
- * was 0.45% of a small model's step). Slots are never emptied, only reused, so once all are taken
- * a key evicted into another's slot is found by searching on; the least recently used is evicted. */
+/* A key is searched from its home slot on, up to the first unused slot: a new key takes that one,
+ * so a step's few dozen shapes are found at their first or second look (a scan of every slot was
+ * 0.45% of a small model's step). Slots are reused, not emptied, so once all are taken a key
+ * evicted into another's slot is found by searching on; the least recently used is evicted. Only a
+ * failed build empties one: a key stored beyond it may then be built again there, a second copy
+ * that the first ages out of use. */
 static prim_t *lookup(gemm_cache_t *g, const prim_key_t *k)
 {
     int h = home(k);

@@ -155,7 +155,8 @@ static void sum_blocks(void *c, size_t b0, size_t b1)
 
 /* Runs fn over rows [0, N) by blocks on the threads and adds the sums into out[0, nout) (at most
  * 2, width floats each). Without memory for the blocks' sums, fn runs over every row on this
- * thread, adding straight into out. */
+ * thread, adding straight into out: each column then sums in row order, which may differ from the
+ * blocks' order in the last bits. */
 static void sum_rows(size_t N, size_t width, float *const *out, int nout, row_sums_fn fn,
                      const void *ctx)
 {
