@@ -105,6 +105,20 @@ bool st_operand_hold_copy(const float *x, size_t n, uint16_t *copy, bool round)
     return st_gemm_bf16_hold_copy(x, n, copy, round);
 }
 
+size_t st_operand_weight_size(int rows, int cols)
+{
+    if (atomic_load_explicit(&precision, memory_order_relaxed) != STRATA_PREC_BF16)
+        return 0;
+    return st_gemm_bf16_weight_size(rows, cols);
+}
+
+bool st_operand_hold_weight(const float *w, int rows, int cols, uint16_t *packed, bool pack)
+{
+    if (atomic_load_explicit(&precision, memory_order_relaxed) != STRATA_PREC_BF16)
+        return false;
+    return st_gemm_bf16_hold_weight(w, rows, cols, packed, pack);
+}
+
 void st_operand_release(const float *x)
 {
     st_gemm_bf16_release(x);

@@ -38,7 +38,7 @@ int st_gemm_bf16_packed(int ta, int tb, int M, int N, int K, float alpha, const 
  * more. Returns the copy, or NULL (no bf16 units, out of memory, every slot taken: products then
  * round x themselves; with round false the caller fills nothing). */
 uint16_t *st_gemm_bf16_hold(const float *x, int rows, int cols, int ld, bool round);
-void st_gemm_bf16_release(const float *x);
+void st_gemm_bf16_release(const float *x); /* a held matrix, copy or weight */
 
 /* Holding x's n floats with the caller's copy (n bf16, rounded from x first when round), which
  * stays the caller's: every st_gemm_bf16 on this thread whose operand's storage lies inside x
@@ -47,6 +47,21 @@ void st_gemm_bf16_release(const float *x);
  * with the same copy counts once more. false (nothing held) without bf16 units, when every slot
  * is taken or x is held with another copy. */
 bool st_gemm_bf16_hold_copy(const float *x, size_t n, uint16_t *copy, bool round);
+
+/* A layer's weight w (rows x cols, row-major: its forward is y = x w^T, its input gradient
+ * dx = dy w) packed for the bf16 products that read it whole as B, in the blocked layouts their
+ * kernels read fastest (gemm_blocked.h), B = w^T first and B = w after it: rounded once a step,
+ * where the kernels would otherwise copy B into those layouts inside every product. The elements
+ * the packed copy takes; 0 where the products cannot read such a copy (no bf16 units, a layout
+ * st_blocked_pack_* does not write). */
+size_t st_gemm_bf16_weight_size(int rows, int cols);
+
+/* Holds w with its packed copy (st_gemm_bf16_weight_size(rows, cols) elements, the caller's,
+ * 64-byte aligned: it is written with streaming stores), packed from w first when pack: every st_gemm_bf16 on this thread whose A is stored as is and
+ * whose B is w, whole, reads the copy, until st_gemm_bf16_release(w). w must not change
+ * meanwhile. Holding w again with the same copy counts once more. false (nothing held) where
+ * st_gemm_bf16_weight_size is 0, when every slot is taken or w is held with another copy. */
+bool st_gemm_bf16_hold_weight(const float *w, int rows, int cols, uint16_t *packed, bool pack);
 
 /* dst (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16. */
 void st_gemm_bf16_round(uint16_t *dst, const float *x, int rows, int cols, int ld);

@@ -713,7 +713,9 @@ void strata_model_destroy(strata_gpt_t *m)
     free(m->params);
     free(m->grads);
     free(m->w16);
-    free(m->w16_ok);
+    free(m->wpk);
+    free(m->wpk_off);
+    free(m->w16_held);
     free(m->att16);
     free(m->acts);
     free(m);

@@ -65,8 +65,12 @@ struct strata_gpt {
     int max_batch;
     size_t P, P_full;
     float *params, *grads;
-    uint16_t *w16; /* bf16: the parameters the last forward rounded (pass.c), allocated on first use */
-    bool *w16_ok;  /* [nseg] segment's w16 holds what its last forward read */
+    /* bf16 copies of the parameters the last forward read (pass.c), allocated on first use: */
+    uint16_t *w16;     /* rounded as they lie */
+    uint16_t *wpk;     /* the products' weights packed (st_operand_hold_weight) */
+    size_t *wpk_off;   /* [nseg] a segment's weights' place in wpk */
+    bool wpk_none;     /* the products cannot read packed weights here (or no memory for them) */
+    uint8_t *w16_held; /* [nseg] the copy holding what the segment's last forward read (pass.c) */
     uint16_t *att16; /* bf16: attention's rounded qkv, then room for its output gradient (pass.c) */
     bool no_copies; /* bf16 products round every operand themselves (w16, a16, att16 unused): for
                        tests */

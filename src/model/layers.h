@@ -30,6 +30,12 @@ void st_operand_release(const float *x);
  * reading inside x reads the copy, rounded from x first when round) until st_operand_release(x);
  * false at fp32 or when nothing could be held (then nothing is to be released). */
 bool st_operand_hold_copy(const float *x, size_t n, uint16_t *copy, bool round);
+/* At bf16 precision, a layer's weight w (rows x cols) held with the caller's copy packed for the
+ * products that read it whole (gemm.h's st_gemm_bf16_hold_weight), until st_operand_release(w);
+ * the copy's elements (0 at fp32 or where the products cannot read one); false where nothing was
+ * held. */
+size_t st_operand_weight_size(int rows, int cols);
+bool st_operand_hold_weight(const float *w, int rows, int cols, uint16_t *packed, bool pack);
 
 /* st_parallel_range (parallel_range.h) for pieces that call st_sgemm: the pieces' products each
  * run on their piece's thread instead of asking the BLAS for every thread at once. */

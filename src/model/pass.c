@@ -54,38 +54,125 @@ static strata_status_t grad_ready(strata_gpt_t *m, int seg)
 }
 
 /* How a segment's parameters meet the bf16 products: not at all (PARAMS_PLAIN: the embeddings'
- * lookup, the norms), rounded into the model's copy for the forward's products (PARAMS_ROUND), or
- * that copy read again by the backward's (PARAMS_REUSE): each weight is rounded once per forward,
- * not again for its input gradient. The parameters do not change between a micro-batch's forward
- * and its backward (the optimizer runs after both), so the copy the last forward rounded is the
- * backward's, whichever buffer an acquire hook hands out; evaluation forwards in between round
- * the same values again. */
+ * lookup, the norms), copied for the forward's products (PARAMS_ROUND), or that copy read again
+ * by the backward's (PARAMS_REUSE): each weight is rounded once per forward, not again for its
+ * input gradient. The parameters do not change between a micro-batch's forward and its backward
+ * (the optimizer runs after both), so the copy the last forward made is the backward's, whichever
+ * buffer an acquire hook hands out; evaluation forwards in between copy the same values again.
+ * The copy is the segment's weights packed for their products (st_operand_hold_weight: the
+ * layouts their kernels read fastest, rounded once from the float32 values), or, where the
+ * products cannot read those, the whole segment rounded as it lies. */
 typedef enum { PARAMS_PLAIN, PARAMS_ROUND, PARAMS_REUSE } params_use_t;
 
-/* Holds seg's parameters p for the products (st_operand_hold_copy) as `use` says; true when held. */
-static bool hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t use)
+/* What holds a segment's parameters for the products: nothing, the flat copy, its packed weights
+ * (m->w16_held, and what hold_params returns for release_params). */
+enum { COPY_NONE, COPY_FLAT, COPY_PACKED };
+
+/* The weights seg's products read whole, as B of a forward (y = x w^T) and of an input gradient
+ * (dx = dy w): a block's four, the head's. Offsets relative to the segment. */
+typedef struct seg_weight {
+    size_t off;
+    int rows, cols;
+} seg_weight_t;
+#define SEG_WEIGHTS 5
+
+static int seg_weights(const strata_gpt_t *m, int seg, seg_weight_t *w)
 {
-    bool round = use == PARAMS_ROUND;
-    if (round && m->w16_ok)
-        m->w16_ok[seg] = false; // until rounded below
-    if (use == PARAMS_PLAIN || m->no_copies || strata_blas_precision() != STRATA_PREC_BF16 ||
-        (!round && !(m->w16_ok && m->w16_ok[seg])))
+    int n = 0, C = m->cfg.d_model;
+    if (seg >= m->seg_block0 && seg < m->seg_block0 + m->nblocks) {
+        const block_layout_t *o = &m->bl;
+        w[n++] = (seg_weight_t){o->qkvw, st_qkv_width(m), C};
+        w[n++] = (seg_weight_t){o->projw, C, m->Cl};
+        w[n++] = (seg_weight_t){o->fcw, m->Gl, C};
+        w[n++] = (seg_weight_t){o->fc2w, C, m->Fl};
+    }
+    if (seg == m->head_seg)
+        w[n++] = (seg_weight_t){m->headw, m->Vl, C};
+    return n;
+}
+
+/* m->wpk with room for every segment's packed weights; false where the products cannot read them
+ * or without the memory (the flat copy serves then). */
+static bool packed_ready(strata_gpt_t *m)
+{
+    if (m->wpk || m->wpk_none)
+        return m->wpk != NULL;
+    m->wpk_none = true; // unless all is ready below
+    m->wpk_off = malloc((size_t)m->nseg * sizeof *m->wpk_off);
+    if (!m->wpk_off)
         return false;
-    if (!m->w16) {
-        m->w16 = malloc(m->P * sizeof *m->w16);
-        m->w16_ok = calloc((size_t)m->nseg, sizeof *m->w16_ok);
-        if (!m->w16 || !m->w16_ok) {
-            free(m->w16);
-            free(m->w16_ok);
-            m->w16 = NULL;
-            m->w16_ok = NULL;
-            return false; // the products round the weights themselves
+    size_t total = 0;
+    for (int seg = 0; seg < m->nseg; seg++) {
+        seg_weight_t w[SEG_WEIGHTS];
+        int n = seg_weights(m, seg, w);
+        m->wpk_off[seg] = total;
+        for (int i = 0; i < n; i++) {
+            size_t size = st_operand_weight_size(w[i].rows, w[i].cols);
+            if (!size)
+                return false;
+            total += size;
         }
     }
-    bool held = st_operand_hold_copy(p, m->seg_cnt[seg], m->w16 + m->seg_off[seg], round);
+    // Cache-line aligned: the packing writes, and the products read, whole lines (each weight's
+    // layouts are whole 4 KB blocks, so every one starts on a line too).
+    m->wpk = aligned_alloc(64, (total ? total : 32) * sizeof *m->wpk);
+    m->wpk_none = m->wpk == NULL;
+    return m->wpk != NULL;
+}
+
+/* Holds seg's weights (at p) with their packed copies, packed first when `pack`; false (none
+ * held) where that cannot be. */
+static bool hold_weights(strata_gpt_t *m, int seg, const float *p, bool pack)
+{
+    seg_weight_t w[SEG_WEIGHTS];
+    int n = seg_weights(m, seg, w), held = 0;
+    if (!n || !packed_ready(m))
+        return false;
+    uint16_t *at = m->wpk + m->wpk_off[seg];
+    for (; held < n; held++) {
+        if (!st_operand_hold_weight(p + w[held].off, w[held].rows, w[held].cols, at, pack))
+            break;
+        at += st_operand_weight_size(w[held].rows, w[held].cols);
+    }
+    if (held == n)
+        return true;
+    while (held-- > 0) // one could not be held: none is
+        st_operand_release(p + w[held].off);
+    return false;
+}
+
+/* Holds seg's parameters p for the products as `use` says; returns the copy held (COPY_*). */
+static int hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t use)
+{
+    bool round = use == PARAMS_ROUND;
+    if (round && m->w16_held)
+        m->w16_held[seg] = COPY_NONE; // until copied below
+    if (use == PARAMS_PLAIN || m->no_copies || strata_blas_precision() != STRATA_PREC_BF16)
+        return COPY_NONE;
+    if (!m->w16_held && !(m->w16_held = calloc((size_t)m->nseg, sizeof *m->w16_held)))
+        return COPY_NONE; // the products round the weights themselves
+    int have = round ? COPY_NONE : m->w16_held[seg];
+    if ((round || have == COPY_PACKED) && hold_weights(m, seg, p, round))
+        have = COPY_PACKED;
+    else if ((round || have == COPY_FLAT) &&
+             (m->w16 || (m->w16 = malloc(m->P * sizeof *m->w16))) &&
+             st_operand_hold_copy(p, m->seg_cnt[seg], m->w16 + m->seg_off[seg], round))
+        have = COPY_FLAT;
+    else
+        have = COPY_NONE;
     if (round)
-        m->w16_ok[seg] = held;
-    return held;
+        m->w16_held[seg] = (uint8_t)have;
+    return have;
+}
+
+/* Undoes hold_params, which returned `held`. */
+static void release_params(const strata_gpt_t *m, int seg, const float *p, int held)
+{
+    if (held == COPY_FLAT)
+        st_operand_release(p);
+    seg_weight_t w[SEG_WEIGHTS];
+    for (int i = held == COPY_PACKED ? seg_weights(m, seg, w) : 0; i-- > 0;)
+        st_operand_release(p + w[i].off);
 }
 
 /* Runs `body` (a status expression) between acquire and release of `seg`, its parameters held for
@@ -93,10 +180,9 @@ static bool hold_params(strata_gpt_t *m, int seg, const float *p, params_use_t u
 #define WITH_SEG(m, seg, bwd, use, p, body)                                                        \
     do {                                                                                           \
         ST_TRY(acquire(m, seg, bwd, &p));                                                          \
-        bool held_ = hold_params(m, seg, p, use);                                                  \
+        int held_ = hold_params(m, seg, p, use);                                                   \
         strata_status_t body_rc_ = (body);                                                         \
-        if (held_)                                                                                 \
-            st_operand_release(p);                                                                 \
+        release_params(m, seg, p, held_);                                                          \
         strata_status_t rel_rc_ = release(m, seg, bwd);                                            \
         ST_TRY(body_rc_);                                                                          \
         ST_TRY(rel_rc_);                                                                           \

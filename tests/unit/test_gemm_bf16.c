@@ -2,8 +2,8 @@
  * bf16-rounded operands, and in float32 on the library this run's STRATA_GEMM picks (oneDNN or
  * OpenBLAS; test_gemm_bf16.cmake runs both), for every transpose, alpha and beta, with a bias row,
  * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice
- * of units (forced down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands;
- * the rounding the kernels use; and the precision switch's contract. */
+ * of units (forced down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands
+ * and weights held packed; the rounding the kernels use; and the precision switch's contract. */
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "model/gemm.h"
@@ -344,6 +344,76 @@ static void test_held_copy(void **state)
     free(arena), free(x), free(dy), free(copy), free(other);
 }
 
+/* A weight held packed (st_operand_hold_weight), as the model holds its layers' weights: the
+ * forward's product (y = x w^T, with a bias, and with alpha and beta) and the input gradient's
+ * (dx = dy w) read the packed layouts and give the bits of the same products on w as stored, for
+ * shapes with and without padding to whole blocks; a second hold with the same copy counts, one
+ * with another copy is refused; held again without packing, the copy is read as packed; released,
+ * a changed weight is read anew. In fp32 nothing is packed. */
+static void test_held_weight(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{40, 24, 48}, {100, 70, 300}, {768, 256, 256}, {130, 1000, 33}};
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+    assert_int_equal(st_operand_weight_size(40, 24), 0);
+    strata_precision_t in_effect;
+    strata_blas_set_precision(STRATA_PREC_BF16, &in_effect);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int OC = shapes[s][0], C = shapes[s][1], N = shapes[s][2];
+        size_t size = st_operand_weight_size(OC, C);
+        if (in_effect != STRATA_PREC_BF16) {
+            assert_int_equal(size, 0);
+            continue;
+        }
+        // At least both layouts' values (each pads to whole blocks).
+        assert_true(size >= 2 * (size_t)OC * C);
+        float *w = malloc(sizeof(float) * OC * C), *x = malloc(sizeof(float) * N * C);
+        float *dy = malloc(sizeof(float) * N * OC), *bias = malloc(sizeof(float) * OC);
+        uint16_t *packed = aligned_alloc(64, size * sizeof *packed);
+        uint16_t *other = aligned_alloc(64, size * sizeof *other);
+        float *ref[3], *got[3];
+        for (int i = 0; i < OC * C; i++)
+            w[i] = frand();
+        for (int i = 0; i < N * C; i++)
+            x[i] = frand();
+        for (int i = 0; i < N * OC; i++)
+            dy[i] = frand();
+        for (int i = 0; i < OC; i++)
+            bias[i] = frand();
+        for (int k = 0; k < 3; k++) {
+            ref[k] = malloc(sizeof(float) * N * (OC > C ? OC : C));
+            got[k] = malloc(sizeof(float) * N * (OC > C ? OC : C));
+        }
+        for (int pass = 0; pass < 3; pass++) {
+            float **out = pass ? got : ref;
+            if (pass) { // 1: packed now; 2: the copy packed by pass 1, read as it is
+                assert_true(st_operand_hold_weight(w, OC, C, packed, pass == 1));
+                assert_true(st_operand_hold_weight(w, OC, C, packed, false)); // counted again
+                assert_false(st_operand_hold_weight(w, OC, C, other, false));
+                st_operand_release(w);
+            }
+            for (int k = 0; k < 3; k++) // C's old values, which beta reads
+                for (int i = 0; i < N * (OC > C ? OC : C); i++)
+                    out[k][i] = (float)(i % 7) * 0.25f;
+            st_sgemm_bias(0, 1, N, OC, C, x, C, w, C, bias, out[0], OC);        // y = x w^T + b
+            st_sgemm(0, 1, N, OC, C, 0.5f, x, C, w, C, 1.f, out[1], OC);        // scaled, added
+            st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w, C, 0.f, out[2], C);        // dx = dy w
+            if (pass) {
+                st_operand_release(w);
+                for (int k = 0; k < 3; k++)
+                    assert_memory_equal(ref[k], got[k], sizeof(float) * N * (k < 2 ? OC : C));
+            }
+        }
+        doubled(w, (size_t)OC * C); // released: a changed weight is read anew
+        st_sgemm(0, 0, N, C, OC, 1.f, dy, OC, w, C, 0.f, got[2], C);
+        expect_doubled(got[2], ref[2], (size_t)N * C);
+        for (int k = 0; k < 3; k++)
+            free(ref[k]), free(got[k]);
+        free(w), free(x), free(dy), free(bias), free(packed), free(other);
+    }
+    strata_blas_set_precision(STRATA_PREC_FP32, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_peak),
         cmocka_unit_test(test_held_operands),
         cmocka_unit_test(test_held_copy),
+        cmocka_unit_test(test_held_weight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
