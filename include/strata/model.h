@@ -354,8 +354,10 @@ STRATA_API const float *strata_model_chunk_input_grad(const strata_gpt_t *m);
 /* The deferred weight gradients of slot's backward (split_backward only). */
 STRATA_API strata_status_t strata_model_backward_weights(strata_gpt_t *m, int slot);
 
-/* Zeroes the gradient arena (before the first micro-batch of a step), and marks every segment clear:
- * its blocks' next backward writes their weight gradients instead of adding to them. */
+/* Clears the gradient arena (before the first micro-batch of a step) and marks every segment
+ * clear: its blocks' next backward writes their linear layers' weight gradients instead of adding
+ * to them. Those are not zeroed here (a pass over most of the arena for nothing): until that
+ * backward they hold the previous step's values; every other gradient is zero. */
 STRATA_API void strata_model_zero_grads(strata_gpt_t *m);
 /* The step's gradients are final: sums the replicated tensors' partial gradients over the TP group
  * (sequence parallelism) and calls grad_ready for every segment, last first. */
