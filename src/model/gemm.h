@@ -53,14 +53,15 @@ bool st_gemm_bf16_hold_copy(const float *x, size_t n, uint16_t *copy, bool round
  * kernels read fastest (gemm_blocked.h), B = w^T first and B = w after it: rounded once a step,
  * where the kernels would otherwise copy B into those layouts inside every product. The elements
  * the packed copy takes; 0 where the products cannot read such a copy (no bf16 units, a layout
- * st_blocked_pack_* does not write). */
+ * st_blocked_pack_weight does not write). */
 size_t st_gemm_bf16_weight_size(int rows, int cols);
 
 /* Holds w with its packed copy (st_gemm_bf16_weight_size(rows, cols) elements, the caller's,
- * 64-byte aligned: it is written with streaming stores), packed from w first when pack: every st_gemm_bf16 on this thread whose A is stored as is and
- * whose B is w, whole, reads the copy, until st_gemm_bf16_release(w). w must not change
- * meanwhile. Holding w again with the same copy counts once more. false (nothing held) where
- * st_gemm_bf16_weight_size is 0, when every slot is taken or w is held with another copy. */
+ * 64-byte aligned: it is written with streaming stores), packed from w first when pack: every
+ * st_gemm_bf16 on this thread whose A is stored as is and whose B is w, whole, reads the copy,
+ * until st_gemm_bf16_release(w). w must not change meanwhile. Holding w again with the same copy
+ * counts once more. false (nothing held) where st_gemm_bf16_weight_size is 0, when every slot is
+ * taken or w is held with another copy. */
 bool st_gemm_bf16_hold_weight(const float *w, int rows, int cols, uint16_t *packed, bool pack);
 
 /* dst (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16. */

@@ -60,7 +60,7 @@ typedef struct prim {
     prim_key_t key;
     dnnl_primitive_t p;
     dnnl_memory_t a, b, c, bias; /* bias: NULL without */
-    bool packs_b;                /* a blocked key whose B layout st_blocked_pack_* writes */
+    bool packs_b;                /* a blocked key whose B layout st_blocked_pack_weight writes */
     st_blocked_t blk;            /* that layout */
 } prim_t;
 
@@ -80,16 +80,17 @@ typedef struct held {
 #define LAYOUT_SLOTS 16
 
 /* A held weight: w (rows x cols, row-major) packed by its holder for the products reading it as B,
- * in the layouts its two uses' kernels choose: B = w^T (a forward) at `packed`, B = w (an input
- * gradient) right after it. */
+ * in the layouts its two uses' kernels choose: B = w^T (a forward, layout fwd) at `packed`, B = w
+ * (an input gradient, layout bwd) right after it. */
 typedef struct weight {
     const float *w;
     int rows, cols, refs;
     const uint16_t *packed;
+    st_blocked_t fwd, bwd;
 } weight_t;
 
 /* The blocked layout the kernels choose for a B of K x N (a slot in use: K > 0), when it is one
- * st_blocked_pack_* writes (ok). */
+ * st_blocked_pack_weight writes (ok). */
 typedef struct layout {
     int K, N;
     bool ok;
@@ -220,7 +221,7 @@ static dnnl_status_t desc(dnnl_memory_desc_t *md, int rows, int cols, bool trans
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
-/* The layout a primitive chose for its B (K x N), when it is one st_blocked_pack_* writes. */
+/* The layout a primitive chose for its B (K x N), when it is one st_blocked_pack_weight writes. */
 static bool blocked_layout(st_blocked_t *out, const dnnl_memory_desc_t *md, int K, int N)
 {
     const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
@@ -259,7 +260,7 @@ static bool same_blocked(const st_blocked_t *x, const st_blocked_t *y)
 #define LAYOUT_M 1024
 
 /* The layout the kernels choose for a bf16 B of K x N, from the thread's table or asked of oneDNN
- * (tens of microseconds, once a shape). false where it is not one st_blocked_pack_* writes. */
+ * (tens of microseconds, once a shape). false where it is not one st_blocked_pack_weight writes. */
 static bool weight_layout(gemm_cache_t *g, int K, int N, st_blocked_t *out)
 {
     for (int i = 0; i < LAYOUT_SLOTS; i++) {
@@ -495,7 +496,6 @@ static int run(gemm_cache_t *g, prim_t *s, const void *A, const void *B, const f
 #define TALL_M 2048
 #define PANEL_M 768
 
-
 /* The size of n's panels, at most `most` each, as even as multiples of 16 allow. */
 static int panel_size(int n, int most)
 {
@@ -680,7 +680,8 @@ bool st_gemm_bf16_hold_weight(const float *w, int rows, int cols, uint16_t *pack
     if (slot->refs)
         slot->refs++;
     else
-        *slot = (weight_t){.w = w, .rows = rows, .cols = cols, .refs = 1, .packed = packed};
+        *slot = (weight_t){.w = w, .rows = rows, .cols = cols, .refs = 1, .packed = packed,
+                           .fwd = f, .bwd = b};
     return true;
 }
 
@@ -702,14 +703,11 @@ static int gemm_weight(gemm_cache_t *g, const weight_t *w, int tb, int M, int N,
                        float alpha, const uint16_t *a, int lda, float beta, const float *bias,
                        float *C, int ldc)
 {
-    st_blocked_t f, b;
-    if (!weight_layouts(g, w->rows, w->cols, &f, &b))
-        return 1;
     prim_key_t key = {true, 0, tb, M, N, K, lda, 0, ldc, bias != NULL, 1, alpha, beta};
     prim_t *s = lookup(g, &key);
-    if (!s || !s->packs_b || !same_blocked(&s->blk, tb ? &f : &b))
+    if (!s || !s->packs_b || !same_blocked(&s->blk, tb ? &w->fwd : &w->bwd))
         return 1;
-    return run(g, s, a, w->packed + (tb ? 0 : f.size), bias, C);
+    return run(g, s, a, w->packed + (tb ? 0 : w->fwd.size), bias, C);
 }
 
 /* The held copy of the storage rows x cols at p (leading dimension ld), when p lies inside a held

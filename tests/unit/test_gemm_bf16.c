@@ -23,6 +23,16 @@ static float frand(void)
     return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* n floats from frand, newly allocated. */
+static float *random_floats(size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand();
+    return x;
+}
+
 /* Whether this run should find bf16 units: not when the ctest entry capped oneDNN below them. */
 static bool expect_units(void)
 {
@@ -230,15 +240,9 @@ static void test_held_operands(void **state)
 {
     (void)state;
     int N = 48, OC = 40, C = 24;
-    float *dy = malloc(sizeof(float) * N * OC), *w = malloc(sizeof(float) * OC * C);
-    float *x = malloc(sizeof(float) * N * C);
+    float *dy = random_floats((size_t)N * OC), *w = random_floats((size_t)OC * C);
+    float *x = random_floats((size_t)N * C);
     float *ref[3], *got[3];
-    for (int i = 0; i < N * OC; i++)
-        dy[i] = frand();
-    for (int i = 0; i < OC * C; i++)
-        w[i] = frand();
-    for (int i = 0; i < N * C; i++)
-        x[i] = frand();
     for (int k = 0; k < 3; k++) {
         ref[k] = calloc((size_t)N * C + OC * C, sizeof(float));
         got[k] = calloc((size_t)N * C + OC * C, sizeof(float));
@@ -294,16 +298,10 @@ static void test_held_copy(void **state)
     (void)state;
     int N = 32, C = 24, OC = 40;
     size_t n = 7 + (size_t)OC * C + (size_t)C * C; // two weights at odd offsets, like a segment
-    float *arena = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * N * C);
-    float *dy = malloc(sizeof(float) * N * OC);
+    float *arena = random_floats(n), *x = random_floats((size_t)N * C);
+    float *dy = random_floats((size_t)N * OC);
     float *ref[3], *got[3];
     uint16_t *copy = malloc(sizeof(uint16_t) * n), *other = malloc(sizeof(uint16_t) * n);
-    for (size_t i = 0; i < n; i++)
-        arena[i] = frand();
-    for (int i = 0; i < N * C; i++)
-        x[i] = frand();
-    for (int i = 0; i < N * OC; i++)
-        dy[i] = frand();
     for (int k = 0; k < 3; k++) {
         ref[k] = calloc((size_t)N * OC, sizeof(float));
         got[k] = calloc((size_t)N * OC, sizeof(float));
@@ -367,19 +365,11 @@ static void test_held_weight(void **state)
         }
         // At least both layouts' values (each pads to whole blocks).
         assert_true(size >= 2 * (size_t)OC * C);
-        float *w = malloc(sizeof(float) * OC * C), *x = malloc(sizeof(float) * N * C);
-        float *dy = malloc(sizeof(float) * N * OC), *bias = malloc(sizeof(float) * OC);
+        float *w = random_floats((size_t)OC * C), *x = random_floats((size_t)N * C);
+        float *dy = random_floats((size_t)N * OC), *bias = random_floats((size_t)OC);
         uint16_t *packed = aligned_alloc(64, size * sizeof *packed);
         uint16_t *other = aligned_alloc(64, size * sizeof *other);
         float *ref[3], *got[3];
-        for (int i = 0; i < OC * C; i++)
-            w[i] = frand();
-        for (int i = 0; i < N * C; i++)
-            x[i] = frand();
-        for (int i = 0; i < N * OC; i++)
-            dy[i] = frand();
-        for (int i = 0; i < OC; i++)
-            bias[i] = frand();
         for (int k = 0; k < 3; k++) {
             ref[k] = malloc(sizeof(float) * N * (OC > C ? OC : C));
             got[k] = malloc(sizeof(float) * N * (OC > C ? OC : C));
