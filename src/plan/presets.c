@@ -180,8 +180,10 @@ static const char *const calib_names[STRATA_CALIB_NPARAMS] = {
 void strata_calib_param_range(int i, double *lo, double *hi)
 {
     // Efficiencies and costs are fractions (up to 2 so that a what-if can exceed a measurement);
-    // 0 sub-flows switches ECMP collisions off.
-    *lo = 0;
+    // 0 sub-flows switches ECMP collisions off. The compute, memory and link efficiencies (the
+    // first four) divide a rate: at 0 a step would cost infinite time (and inf - inf, NaN), so
+    // they start at 0.01.
+    *lo = i <= 3 ? 0.01 : 0;
     *hi = i == 8 ? 4096 : i == 7 || i == 9 ? 1 : 2;
 }
 
