@@ -12,16 +12,17 @@
 # --steps N runs N steps a run, the first 3 untimed. Without it each size runs enough steps for a
 # few seconds of timed steps: 40 at 3.3M (a step takes 0.1 s there, so 5 timed steps were half a
 # second, and one burst of load on the shared machine moved a line's ratio by 20%), 8 at 85M.
+# --omp-spin N: libgomp's spinning before its threads sleep, for both programs (train_vs_torch.sh).
 # Usage: bench/model_peak.sh [--steps N] [--threads "1 2"] [--sizes "3.3M 85M"] [--precisions "fp32 bf16"]
-#                            [--openblas-core env|auto|NAME] [--repeat R]
+#                            [--openblas-core env|auto|NAME] [--repeat R] [--omp-spin N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="" threads="1 $(getconf _NPROCESSORS_ONLN)" sizes="3.3M 85M" precisions="fp32 bf16" core=env
-repeat=1
+repeat=1 spin=10000
 while (($#)); do
     case "$1" in
     --steps) steps=$2 ;; --threads) threads=$2 ;; --sizes) sizes=$2 ;; --precisions) precisions=$2 ;;
-    --openblas-core) core=$2 ;; --repeat) repeat=$2 ;;
+    --openblas-core) core=$2 ;; --repeat) repeat=$2 ;; --omp-spin) spin=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -42,7 +43,7 @@ for size in $sizes; do
                 # shellcheck disable=SC2086
                 out=$(bash bench/train_vs_torch.sh ${shape[$size]} \
                     --steps "${steps:-${size_steps[$size]}}" --threads "$th" --precision "$prec" \
-                    --openblas-core "$core")
+                    --openblas-core "$core" --omp-spin "$spin")
                 s=$(sed -nE 's/^strata tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%\)/\1 \2/p' <<<"$out")
                 t=$(sed -nE 's/^torch tokens\/s: ([0-9.]+) \(MFU ([0-9.]+)%.*/\1 \2/p' <<<"$out")
                 ratio=$(sed -nE 's/^ratio strata\/torch: ([0-9.]+)x/\1/p' <<<"$out")

@@ -7,17 +7,24 @@
 # OpenBLAS detects on this CPU (auto: OPENBLAS_CORETYPE unset), or a named one. torch's products run
 # on it; strata's run on oneDNN wherever its engine runs (STRATA_GEMM, docs/train.md), so the core
 # matters to strata only where oneDNN does not run.
+# Both run on libgomp (strata's oneDNN and layers, torch's own pool) under the same waiting: passive,
+# after GOMP_SPINCOUNT rounds of spinning (--omp-spin, default 10000, about 0.1-0.3 ms here). A
+# benchmark has the machine to itself, and there each was fastest with it at 2 threads (3.3M model,
+# tokens/s: torch bf16 7600 sleeping at once, 9100 with it, fp32 4600 -> 4900; strata bf16 12,300
+# -> 14,500). Without PASSIVE libgomp spins for milliseconds, and torch's fp32 at 2 threads runs at
+# half its speed (2000 tokens/s), its idle OpenMP threads holding the cores its OpenBLAS threads need.
 # Usage: bench/train_vs_torch.sh [--threads N] [--layers N] [--heads N] [--dim N] [--seq N]
 #                                [--batch N] [--steps N] [--precision fp32|bf16]
-#                                [--openblas-core env|auto|NAME]
+#                                [--openblas-core env|auto|NAME] [--omp-spin N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=1 layers=4 heads=8 dim=256 seq=128 batch=8 steps=20 warm=3 precision=fp32 core=env
+spin=10000
 while (($#)); do
     case "$1" in
     --threads) threads=$2 ;; --layers) layers=$2 ;; --heads) heads=$2 ;; --dim) dim=$2 ;;
     --seq) seq=$2 ;; --batch) batch=$2 ;; --steps) steps=$2 ;; --precision) precision=$2 ;;
-    --openblas-core) core=$2 ;;
+    --openblas-core) core=$2 ;; --omp-spin) spin=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -31,9 +38,11 @@ env) ;;
 auto) unset OPENBLAS_CORETYPE ;;
 *) export OPENBLAS_CORETYPE=$core ;;
 esac
+export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=$spin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "model: L=$layers C=$dim heads=$heads T=$seq batch=$batch, $steps steps ($warm warm-up), $threads thread(s), $precision"
+echo "libgomp: OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=$spin (both programs)"
 echo "OpenBLAS core: $(/usr/bin/python3 -c "import ctypes; l = ctypes.CDLL('libopenblas.so.0'); \
 l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())")"
 OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads STRATA_PROGRESS=lines build/release/strata train \
@@ -50,11 +59,7 @@ import json,sys
 r=[json.loads(l) for l in open('$tmp/m.jsonl')][$warm:]
 print('%.1f %.6g' % (len(r)*$batch*$seq/sum(x['step_s'] for x in r), r[0]['mfu']/r[0]['tokens_per_s']))")
 /usr/bin/python3 -c "print('strata tokens/s: $s (MFU %.1f%%)' % (100 * $s * $per))"
-# Debian's torch runs its own OpenMP pool next to the (pthreads) OpenBLAS it calls for matmuls;
-# with the default active wait, idle OpenMP threads spin on the cores OpenBLAS's threads need, which
-# at 2 threads halved torch's throughput here (1959 vs 4373 tokens/s). PASSIVE makes torch's best
-# case the baseline; at 1 thread it changes nothing.
-t=$(OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_vs_torch.py --threads "$threads" \
+t=$(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/train_vs_torch.py --threads "$threads" \
     --layers "$layers" --heads "$heads" --dim "$dim" --seq "$seq" --batch "$batch" \
     --steps "$steps" --warmup-steps "$warm" --precision "$precision")
 tt=$(echo "$t" | sed -E 's/torch tokens\/s: ([0-9.]+).*/\1/')

@@ -12,8 +12,10 @@
 #   - bf16 under tensor parallelism with sequence parallelism (its held operands cut in row blocks)
 #     tracks the one-process bf16 run within 1e-4 every step;
 #   - bad precisions are refused by name, on the command line and in a config file (file:line);
-#   - strata train runs with OMP_WAIT_POLICY=PASSIVE (oneDNN's libgomp threads must not spin on the
-#     cores the step needs), unless the user set a policy, which is kept.
+#   - strata train runs with OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=300 (oneDNN's libgomp
+#     threads wait a few microseconds spinning, then sleep: they must not hold the cores others
+#     need), unless the user set a policy, which is kept (and no count added), or a count, which is
+#     kept under the passive policy.
 # Usage: train_precision.sh path/to/strata
 set -euo pipefail
 S=$(realpath "$1")
@@ -68,30 +70,34 @@ printf '{\n  "steps": 2,\n  "precision": "fp8"\n}\n' >"$W/bad.json"
 expect_error "config precision fp8 refused (file:line)" "bad.json:3: \"precision\": expected fp32 or bf16" \
     "$S" train "${A[@]}" --config "$W/bad.json"
 
-# wait_policy ENV...: the OMP_WAIT_POLICY in the environment of a running `strata train` started by
-# `env ENV...` (read once it trains, after its re-exec), or "none".
-wait_policy() {
+# omp_env ENV...: "POLICY COUNT", the OMP_WAIT_POLICY and GOMP_SPINCOUNT in the environment of a
+# running `strata train` started by `env ENV...` (read once it trains, after its re-exec), each
+# "none" where unset.
+omp_env() {
     env "$@" "$S" train "${A[@]}" --steps 100000 --metrics "$W/long.jsonl" 2>/dev/null &
-    local pid=$! v=none
+    local pid=$! v="none none"
     for _ in $(seq 100); do
         if [ -s "$W/long.jsonl" ]; then
-            v=$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^OMP_WAIT_POLICY=//p')
+            local e
+            e=$(tr '\0' '\n' <"/proc/$pid/environ")
+            v="$(sed -n 's/^OMP_WAIT_POLICY=//p' <<<"$e") $(sed -n 's/^GOMP_SPINCOUNT=//p' <<<"$e")"
+            read -r p c <<<"$v"
+            v="${p:-none} ${c:-none}"
             break
         fi
         sleep 0.05
     done
     kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
     rm -f "$W/long.jsonl"
-    echo "${v:-none}"
+    echo "$v"
 }
-B=(--data data/corpus/strata_tales.txt --steps 20 --warmup 5 --lr 3e-3 --threads 1 --quiet
-   --precision bf16)
-"$S" train "${B[@]}" --metrics "$W/ref.jsonl" 2>/dev/null
-"$S" launch -n 2 -- "$S" train "${B[@]}" --tp 2 --sp --metrics "$W/tp.jsonl" 2>/dev/null
-same_losses "bf16 at TP 2 with SP = one process" "$W/tp.jsonl" 1 20
-
-v=$(wait_policy -u OMP_WAIT_POLICY)
-[ "$v" = PASSIVE ] && echo "OMP_WAIT_POLICY=PASSIVE by default: ok" || { echo "default wait policy $v: FAIL"; fail=1; }
-v=$(wait_policy OMP_WAIT_POLICY=ACTIVE)
-[ "$v" = ACTIVE ] && echo "a user's OMP_WAIT_POLICY kept: ok" || { echo "user's policy became $v: FAIL"; fail=1; }
+expect_env() { # what, expected "POLICY COUNT", ENV...
+    local what=$1 want=$2 v
+    shift 2
+    v=$(omp_env "$@")
+    [ "$v" = "$want" ] && echo "$what ($v): ok" || { echo "$what: got '$v', expected '$want': FAIL"; fail=1; }
+}
+expect_env "passive, 300 spins by default" "PASSIVE 300" -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT
+expect_env "a user's OMP_WAIT_POLICY kept, no count added" "ACTIVE none" -u GOMP_SPINCOUNT OMP_WAIT_POLICY=ACTIVE
+expect_env "a user's GOMP_SPINCOUNT kept, passive" "PASSIVE 10000" -u OMP_WAIT_POLICY GOMP_SPINCOUNT=10000
 exit $fail

@@ -227,11 +227,16 @@ static void print_resumed(const strata_train_config_t *cfg, strata_resume_info_t
 
 int cmd_train(int argc, char **argv)
 {
-    // oneDNN (the bf16 products) runs on libgomp, whose idle threads spin for a while by default:
-    // beside the step's single-threaded layers, the communicator's threads or other ranks on the
-    // host, that spinning took the cores they needed (2.6x slower at --threads 2 on a busy host).
-    // libgomp reads its policy only when it loads, hence the re-exec; a user's setting wins.
-    cmd_reexec_with_env("OMP_WAIT_POLICY", "PASSIVE");
+    // oneDNN and the layers run on libgomp, whose idle threads spin for milliseconds by default:
+    // beside the communicator's threads or other ranks on the host, that took the cores they
+    // needed (2.6x slower at --threads 2 on a busy host). Sleeping at once costs a wake-up at
+    // nearly every parallel region instead (9% of the 3.3M model's step at 2 threads), so they
+    // spin 300 rounds, a few microseconds, first: on a busy host 2% slower than not at all.
+    // libgomp reads both only when it loads, hence the re-exec; a user's settings win.
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("GOMP_SPINCOUNT", "300", 0);
+        cmd_reexec_with_env("OMP_WAIT_POLICY", "PASSIVE");
+    }
     strata_train_config_t cfg = strata_train_config_default();
     snprintf(cfg.data, sizeof cfg.data, "data/corpus/strata_tales.txt");
     // The config file first, so flags override it.
