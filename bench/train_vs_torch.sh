@@ -11,8 +11,9 @@
 # after GOMP_SPINCOUNT rounds of spinning (--omp-spin, default 10000, about 0.1-0.3 ms here). A
 # benchmark has the machine to itself, and there each was fastest with it at 2 threads (3.3M model,
 # tokens/s: torch bf16 6700-7800 sleeping at once, 8000-9300 with it, fp32 4200-5200 -> 4600-5700;
-# strata bf16 12,600 -> 14,100 with 3000 rounds). Without PASSIVE libgomp spins for milliseconds, and torch's fp32 at 2 threads runs at
-# half its speed (2000 tokens/s), its idle OpenMP threads holding the cores its OpenBLAS threads need.
+# strata bf16 12,600 -> 14,100 with 3000 rounds). Without PASSIVE libgomp spins for milliseconds,
+# and torch's fp32 at 2 threads runs at half its speed (2000 tokens/s), its idle OpenMP threads
+# holding the cores its OpenBLAS threads need.
 # Usage: bench/train_vs_torch.sh [--threads N] [--layers N] [--heads N] [--dim N] [--seq N]
 #                                [--batch N] [--steps N] [--precision fp32|bf16]
 #                                [--openblas-core env|auto|NAME] [--omp-spin N]

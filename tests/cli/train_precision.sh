@@ -78,10 +78,10 @@ omp_env() {
     local pid=$! v="none none"
     for _ in $(seq 100); do
         if [ -s "$W/long.jsonl" ]; then
-            local e
+            local e p c
             e=$(tr '\0' '\n' <"/proc/$pid/environ")
-            v="$(sed -n 's/^OMP_WAIT_POLICY=//p' <<<"$e") $(sed -n 's/^GOMP_SPINCOUNT=//p' <<<"$e")"
-            read -r p c <<<"$v"
+            p=$(sed -n 's/^OMP_WAIT_POLICY=//p' <<<"$e")
+            c=$(sed -n 's/^GOMP_SPINCOUNT=//p' <<<"$e")
             v="${p:-none} ${c:-none}"
             break
         fi
@@ -91,6 +91,12 @@ omp_env() {
     rm -f "$W/long.jsonl"
     echo "$v"
 }
+B=(--data data/corpus/strata_tales.txt --steps 20 --warmup 5 --lr 3e-3 --threads 1 --quiet
+   --precision bf16)
+"$S" train "${B[@]}" --metrics "$W/ref.jsonl" 2>/dev/null
+"$S" launch -n 2 -- "$S" train "${B[@]}" --tp 2 --sp --metrics "$W/tp.jsonl" 2>/dev/null
+same_losses "bf16 at TP 2 with SP = one process" "$W/tp.jsonl" 1 20
+
 expect_env() { # what, expected "POLICY COUNT", ENV...
     local what=$1 want=$2 v
     shift 2
