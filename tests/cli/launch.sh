@@ -179,10 +179,10 @@ wait_file() { while [ ! -e "$DIR/$1" ]; do sleep 0.05; done; }
 if [ "$RANK" = 0 ]; then
     echo "style=$STRATA_PROGRESS" >&2
     printf '\rbar 1' >&2; wait_file go1
-    printf '\rbar 2' >&2; wait_file said
+    printf '\rbar 2' >&2; wait_file go3
     printf '\rbar 3\n' >&2
 else
-    wait_file go2; echo hello >&2; touch "$DIR/said"
+    wait_file go2; echo hello >&2
 fi
 EOF
 # seen PATTERN: waits (at most $HANG s) until the terminal's output shows PATTERN (cat -v form).
@@ -200,11 +200,13 @@ seen '\^M\[r0\] bar 1'; live1=$?
 touch "$TMP/go1"
 seen '\^M\[r0\] bar 2'; live2=$?
 touch "$TMP/go2"
+seen '^\[r1\] hello'; live3=$?
+touch "$TMP/go3"
 wait "$tty_pid"; rc=$?
 cp "$TMP/tty" "$TMP/err"
 check "on a terminal the ranks are told to redraw (STRATA_PROGRESS=bar)" has "^\[r0\] style=bar" "$TMP/err"
 check "on a terminal a redrawn line shows while the rank runs" test "$live1" -eq 0 -a "$live2" -eq 0
-check "another rank's line starts below the open redrawn line" grep -q '^\[r1\] hello' <(cat -v "$TMP/tty")
+check "another rank's line starts below the open redrawn line" test "$live3" -eq 0
 check "the redraw goes on below it and ends with its newline" grep -q '^\^M\[r0\] bar 3\^M$' <(cat -v "$TMP/tty")
 
 # ---- failures ------------------------------------------------------------------------------------
