@@ -67,6 +67,22 @@ static inline int block_keys(int r0, int window)
     return first_key(r0, window) / ATT_BLOCK * ATT_BLOCK;
 }
 
+/* The end of the run of query-row blocks from r0 (up to end) that share r0's block's first stored
+ * key: their band columns from that key are one strided block, one product per gradient. */
+static int run_end(int r0, int end, int window)
+{
+    int k0 = block_keys(r0, window), r1 = min_int(r0 + ATT_BLOCK, end);
+    while (r1 < end && block_keys(r1, window) == k0)
+        r1 = min_int(r1 + ATT_BLOCK, end);
+    return r1;
+}
+
+/* The end of the queries that attend keys [c0, c1): [c0, c1 - 1 + W), [c0, T) without a window. */
+static int queries_end(int c1, int T, int window)
+{
+    return window > 0 ? min_int(T, c1 - 1 + window) : T;
+}
+
 int st_attention_band(int T, int window)
 {
     // A block's keys [k0, r1) span at most W + 126 (k0 and r1 multiples of the block).
@@ -111,6 +127,29 @@ static att_job_t att_job(const float *qkv, int T, int C, int NH, int NKV, int wi
 static inline int qkv_ld(const att_job_t *j)
 {
     return j->C + 2 * j->C / j->NH * j->NKV;
+}
+
+/* One query head's place in the job's arrays: offsets of its q and its k/v head's k in qkv and
+ * dqkv (v = k + KV; row stride ld), of its columns of out and dout (row stride C), and of its
+ * probabilities in att (T x band). */
+typedef struct head {
+    size_t q, k, o, p;
+    int hs, KV, ld;
+    float scale; /* 1 / sqrt(hs) */
+} head_t;
+
+static head_t head_at(const att_job_t *j, int b, int h)
+{
+    int hs = j->C / j->NH, ld = qkv_ld(j);
+    size_t row = (size_t)b * j->T * ld;
+    return (head_t){.q = row + (size_t)h * hs,
+                    .k = row + (size_t)j->C + (size_t)(h / (j->NH / j->NKV)) * hs,
+                    .o = (size_t)b * j->T * j->C + (size_t)h * hs,
+                    .p = ((size_t)b * j->NH + h) * j->T * j->band,
+                    .hs = hs,
+                    .KV = hs * j->NKV,
+                    .ld = ld,
+                    .scale = 1.f / sqrtf((float)hs)};
 }
 
 /* Rounds x (n floats) into copy once (unless `rounded`: it holds x rounded already), on the calling
@@ -273,26 +312,23 @@ static const uint16_t *rows16(const uint16_t *copy, const float *x, size_t at, i
 /* One (batch row, head) pair's forward: by query-row blocks, S = scale q k^T, softmax, out = P v. */
 static void forward_head_bf16(const att_job_t *job, uint16_t *sp, int b, int h)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    int Te = T + (T & 1), lp = band + (band & 1), lq, lk, lv;
-    float scale = 1.f / sqrtf((float)hs);
-    size_t row = (size_t)b * T * ld, at_k = row + C + (size_t)(h / G) * hs;
-    const uint16_t *q = rows16(job->qkv16, job->qkv, row + (size_t)h * hs, ld, T, hs, &sp, &lq);
-    const uint16_t *k = rows16(job->qkv16, job->qkv, at_k, ld, T, hs, &sp, &lk);
-    const uint16_t *v = rows16(job->qkv16, job->qkv, at_k + KV, ld, T, hs, &sp, &lv);
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld, Te = T + (T & 1), lp = band + (band & 1), lq, lk, lv;
+    const uint16_t *q = rows16(job->qkv16, job->qkv, e.q, ld, T, hs, &sp, &lq);
+    const uint16_t *k = rows16(job->qkv16, job->qkv, e.k, ld, T, hs, &sp, &lk);
+    const uint16_t *v = rows16(job->qkv16, job->qkv, e.k + e.KV, ld, T, hs, &sp, &lv);
     uint16_t *kt = carve(&sp, (size_t)T * hs);  // hs / 2 rows of T pairs: k's pairs, transposed
     uint16_t *vp = carve(&sp, (size_t)Te * hs); // Te / 2 rows of hs pairs: v's row pairs
     uint16_t *p16 = carve(&sp, (size_t)ATT_BLOCK * lp); // a block's probabilities, rounded
     st_att_transpose32(kt, T, k, lk / 2, T, hs / 2);
     st_att16_pair_cols(vp, 2 * hs, v, lv, T, hs);
-    float *p = job->att + ((size_t)b * NH + h) * T * band;
-    float *o = job->out + (size_t)b * T * C + h * hs;
+    float *p = job->att + e.p, *o = job->out + e.o;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
         int k0 = block_keys(r0, window), keys = r1 - k0;
         float *pb = p + (size_t)r0 * band;
-        st_att16_gemm(rows, keys, hs / 2, scale, q + (size_t)r0 * lq, lq, 2, kt + 2 * k0, 2 * T, 0.f,
+        st_att16_gemm(rows, keys, hs / 2, e.scale, q + (size_t)r0 * lq, lq, 2, kt + 2 * k0, 2 * T, 0.f,
                       pb, band, ST_ATT_COLS, r0 - k0);
         softmax_rows(p, r0, r1, k0, band, window);
         st_att16_round(p16, lp, pb, band, rows, keys); // an odd count's last pair padded with 0
@@ -307,16 +343,14 @@ static void forward_head_bf16(const att_job_t *job, uint16_t *sp, int b, int h)
 static void backward_head_bf16(const att_job_t *job, float *ds, uint16_t *sp, int b, int h,
                             bool first)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    int Te = T + (T & 1), lp = band + (band & 1), lq, lk, lv, ldo;
-    float scale = 1.f / sqrtf((float)hs);
-    size_t row = (size_t)b * T * ld, at_k = row + C + (size_t)(h / G) * hs;
-    const uint16_t *q = rows16(job->qkv16, job->qkv, row + (size_t)h * hs, ld, T, hs, &sp, &lq);
-    const uint16_t *k = rows16(job->qkv16, job->qkv, at_k, ld, T, hs, &sp, &lk);
-    const uint16_t *v = rows16(job->qkv16, job->qkv, at_k + KV, ld, T, hs, &sp, &lv);
-    const uint16_t *d = rows16(job->dout16, job->dout, (size_t)b * T * C + (size_t)h * hs, C, T,
-                               hs, &sp, &ldo);
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld, Te = T + (T & 1), lp = band + (band & 1), lq, lk, lv, ldo;
+    float scale = e.scale;
+    const uint16_t *q = rows16(job->qkv16, job->qkv, e.q, ld, T, hs, &sp, &lq);
+    const uint16_t *k = rows16(job->qkv16, job->qkv, e.k, ld, T, hs, &sp, &lk);
+    const uint16_t *v = rows16(job->qkv16, job->qkv, e.k + e.KV, ld, T, hs, &sp, &lv);
+    const uint16_t *d = rows16(job->dout16, job->dout, e.o, C, T, hs, &sp, &ldo);
     uint16_t *vt = carve(&sp, (size_t)T * hs); // hs / 2 rows of T pairs: v's pairs, transposed
     uint16_t *kp = carve(&sp, (size_t)Te * hs), *qp = carve(&sp, (size_t)Te * hs); // row pairs:
     uint16_t *dp = carve(&sp, (size_t)Te * hs); // Te / 2 rows of hs pairs
@@ -326,10 +360,8 @@ static void backward_head_bf16(const att_job_t *job, float *ds, uint16_t *sp, in
     st_att16_pair_cols(kp, 2 * hs, k, lk, T, hs);
     st_att16_pair_cols(qp, 2 * hs, q, lq, T, hs);
     st_att16_pair_cols(dp, 2 * hs, d, ldo, T, hs);
-    float *dq = job->dqkv + row + h * hs;
-    float *dk = job->dqkv + at_k;
-    float *dv = dk + KV;
-    const float *p = job->patt + ((size_t)b * NH + h) * T * band;
+    float *dq = job->dqkv + e.q, *dk = job->dqkv + e.k, *dv = dk + e.KV;
+    const float *p = job->patt + e.p;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
         int k0 = block_keys(r0, window), keys = r1 - k0;
@@ -343,12 +375,11 @@ static void backward_head_bf16(const att_job_t *job, float *ds, uint16_t *sp, in
     }
     for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) { // key-column blocks and runs: backward_head_sgemm
         int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
-        int end = window > 0 ? min_int(T, c1 - 1 + window) : T;
+        int end = queries_end(c1, T, window);
         float beta = first ? 0.f : 1.f;
         for (int r0 = c0, r1; r0 < end; r0 = r1) {
             int k0 = block_keys(r0, window);
-            for (r1 = min_int(r0 + ATT_BLOCK, end); r1 < end && block_keys(r1, window) == k0;)
-                r1 = min_int(r1 + ATT_BLOCK, end);
+            r1 = run_end(r0, end, window);
             size_t at = (size_t)r0 * band + (size_t)(c0 - k0);
             int pairs = (r1 - r0 + 1) / 2; // r0 is even: the run's pairs are the head's
             st_att16_pair_cols_f32(pp, 2 * cols, p + at, band, r1 - r0, cols);
@@ -367,21 +398,18 @@ static void backward_head_bf16(const att_job_t *job, float *ds, uint16_t *sp, in
  * transposed once for q k^T. */
 static void forward_head_f32(const att_job_t *job, uint16_t *sp, int b, int h)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    float scale = 1.f / sqrtf((float)hs);
-    const float *q = job->qkv + (size_t)b * T * ld + h * hs;
-    const float *k = job->qkv + (size_t)b * T * ld + C + h / G * hs;
-    const float *v = k + KV;
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld;
+    const float *q = job->qkv + e.q, *k = job->qkv + e.k, *v = k + e.KV;
+    float *p = job->att + e.p, *o = job->out + e.o;
     float *kt = (float *)carve(&sp, 2 * (size_t)T * hs); // hs x T
     st_att_transpose32(kt, T, k, ld, T, hs);
-    float *p = job->att + ((size_t)b * NH + h) * T * band;
-    float *o = job->out + (size_t)b * T * C + h * hs;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
         int k0 = block_keys(r0, window), keys = r1 - k0;
         float *pb = p + (size_t)r0 * band;
-        st_att32_gemm(rows, keys, hs, scale, q + (size_t)r0 * ld, ld, 1, kt + k0, T, 0.f, pb, band,
+        st_att32_gemm(rows, keys, hs, e.scale, q + (size_t)r0 * ld, ld, 1, kt + k0, T, 0.f, pb, band,
                       ST_ATT_COLS, r0 - k0);
         softmax_rows(p, r0, r1, k0, band, window);
         st_att32_gemm(rows, hs, keys, 1.f, pb, band, 1, v + (size_t)k0 * ld, ld, 0.f,
@@ -394,14 +422,13 @@ static void forward_head_f32(const att_job_t *job, uint16_t *sp, int b, int h)
 static void backward_head_f32(const att_job_t *job, float *ds, uint16_t *sp, int b, int h,
                               bool first)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    float scale = 1.f / sqrtf((float)hs);
-    size_t row = (size_t)b * T * ld, at_k = row + C + (size_t)(h / G) * hs;
-    const float *q = job->qkv + row + h * hs, *k = job->qkv + at_k, *v = k + KV;
-    float *dq = job->dqkv + row + h * hs, *dk = job->dqkv + at_k, *dv = dk + KV;
-    const float *p = job->patt + ((size_t)b * NH + h) * T * band;
-    const float *d = job->dout + (size_t)b * T * C + h * hs;
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld;
+    float scale = e.scale;
+    const float *q = job->qkv + e.q, *k = job->qkv + e.k, *v = k + e.KV;
+    float *dq = job->dqkv + e.q, *dk = job->dqkv + e.k, *dv = dk + e.KV;
+    const float *p = job->patt + e.p, *d = job->dout + e.o;
     float *vt = (float *)carve(&sp, 2 * (size_t)T * hs); // hs x T
     st_att_transpose32(vt, T, v, ld, T, hs);
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
@@ -416,12 +443,11 @@ static void backward_head_f32(const att_job_t *job, float *ds, uint16_t *sp, int
     }
     for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) { // key-column blocks and runs: backward_head_sgemm
         int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
-        int end = window > 0 ? min_int(T, c1 - 1 + window) : T;
+        int end = queries_end(c1, T, window);
         float beta = first ? 0.f : 1.f;
         for (int r0 = c0, r1; r0 < end; r0 = r1) {
             int k0 = block_keys(r0, window);
-            for (r1 = min_int(r0 + ATT_BLOCK, end); r1 < end && block_keys(r1, window) == k0;)
-                r1 = min_int(r1 + ATT_BLOCK, end);
+            r1 = run_end(r0, end, window);
             size_t at = (size_t)r0 * band + (size_t)(c0 - k0);
             st_att32_gemm(cols, hs, r1 - r0, 1.f, p + at, 1, band, d + (size_t)r0 * C, C, beta,
                           dv + (size_t)c0 * ld, ld, ST_ATT_FROM, c0 - r0);
@@ -437,21 +463,17 @@ static void backward_head_f32(const att_job_t *job, float *ds, uint16_t *sp, int
 /* One (batch row, head) pair's forward, as forward_head_bf16. */
 static void forward_head_sgemm(const att_job_t *job, int b, int h)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    float scale = 1.f / sqrtf((float)hs);
-    const float *x = job->qkv + (size_t)b * T * ld; // batch row b's tokens
-    const float *q = x + h * hs;
-    const float *k = x + C + h / G * hs;
-    const float *v = k + KV;
-    float *p = job->att + ((size_t)b * NH + h) * T * band;
-    float *o = job->out + (size_t)b * T * C + h * hs;
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld;
+    const float *q = job->qkv + e.q, *k = job->qkv + e.k, *v = k + e.KV;
+    float *p = job->att + e.p, *o = job->out + e.o;
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
         int k0 = block_keys(r0, window), keys = r1 - k0;
         float *pb = p + (size_t)r0 * band; // the block's rows, from key k0
         // p[rows, k0:r1] = scale * q[rows, hs] k[k0:r1, hs]^T
-        st_sgemm(0, 1, rows, keys, hs, scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld,
+        st_sgemm(0, 1, rows, keys, hs, e.scale, q + (size_t)r0 * ld, ld, k + (size_t)k0 * ld, ld,
                  0.f, pb, band);
         softmax_rows(p, r0, r1, k0, band, window);
         // out[rows, hs] (row stride C) = p[rows, k0:r1] v[k0:r1, hs]
@@ -495,18 +517,13 @@ bool st_attention_forward(float *out, float *att, const float *qkv, uint16_t *qk
  * head, else added). */
 static void backward_head_sgemm(const att_job_t *job, float *ds, int b, int h, bool first)
 {
-    int T = job->T, C = job->C, NH = job->NH, window = job->window, band = job->band;
-    int hs = C / NH, KV = hs * job->NKV, G = NH / job->NKV, ld = qkv_ld(job);
-    float scale = 1.f / sqrtf((float)hs);
-    size_t row = (size_t)b * T * ld;
-    const float *q = job->qkv + row + h * hs;
-    const float *k = job->qkv + row + C + h / G * hs;
-    const float *v = k + KV;
-    float *dq = job->dqkv + row + h * hs;
-    float *dk = job->dqkv + row + C + h / G * hs;
-    float *dv = dk + KV;
-    const float *p = job->patt + ((size_t)b * NH + h) * T * band;
-    const float *d = job->dout + (size_t)b * T * C + h * hs;
+    int T = job->T, C = job->C, window = job->window, band = job->band;
+    head_t e = head_at(job, b, h);
+    int hs = e.hs, ld = e.ld;
+    float scale = e.scale;
+    const float *q = job->qkv + e.q, *k = job->qkv + e.k, *v = k + e.KV;
+    float *dq = job->dqkv + e.q, *dk = job->dqkv + e.k, *dv = dk + e.KV;
+    const float *p = job->patt + e.p, *d = job->dout + e.o;
     // By query-row blocks: dP, the softmax backward, dq.
     for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int rows = min_int(ATT_BLOCK, T - r0), r1 = r0 + rows;
@@ -526,12 +543,11 @@ static void backward_head_sgemm(const att_job_t *job, float *ds, int b, int h, b
     // of the band, so each run is one product per gradient, the runs added in row order.
     for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
         int cols = min_int(ATT_BLOCK, T - c0), c1 = c0 + cols;
-        int end = window > 0 ? min_int(T, c1 - 1 + window) : T;
+        int end = queries_end(c1, T, window);
         float beta = first ? 0.f : 1.f;
         for (int r0 = c0, r1; r0 < end; r0 = r1) {
             int k0 = block_keys(r0, window);
-            for (r1 = min_int(r0 + ATT_BLOCK, end); r1 < end && block_keys(r1, window) == k0;)
-                r1 = min_int(r1 + ATT_BLOCK, end);
+            r1 = run_end(r0, end, window);
             size_t at = (size_t)r0 * band + (size_t)(c0 - k0);
             // dv[cols, hs] += p[r0:r1, cols]^T d[r0:r1, hs]
             st_sgemm(1, 0, cols, hs, r1 - r0, 1.f, p + at, band, d + (size_t)r0 * C, C, beta,

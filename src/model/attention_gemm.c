@@ -11,7 +11,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "model/avx512_words.h"
 
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define MR 8 /* C's rows in a tile */
@@ -26,16 +26,6 @@ bool st_att32_ready(void)
 bool st_att16_ready(void)
 {
     return st_att32_ready() && __builtin_cpu_supports("avx512bf16");
-}
-
-static inline __mmask16 lanes16(int n)
-{
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
-static inline __mmask32 lanes32(int n)
-{
-    return n >= 32 ? (__mmask32)0xffffffffu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1);
 }
 
 /* The 32 bits at p (a float, or a pair of bf16): memcpy keeps the storage's aliasing rules. */
@@ -121,7 +111,7 @@ static void gemm(bool bf16, int M, int N, int units, float alpha, const char *A,
 {
     int per = bf16 ? 2 : 1;
     for (int j = 0; j < N; j += 32) { // B's panel of 32 columns, read by every row of A
-        __mmask16 m0 = lanes16(N - j), m1 = lanes16(N - j - 16);
+        __mmask16 m0 = st_lanes16(N - j), m1 = st_lanes16(N - j - 16);
         for (int i = 0; i < M; i += MR) {
             int mr = M - i < MR ? M - i : MR, last = i + mr - 1, p0 = 0, p1 = units;
             if (causal == ST_ATT_COLS && j > last + diag)
@@ -155,8 +145,8 @@ void st_att32_gemm(int M, int N, int K, float alpha, const float *A, int lda, in
 /* 32 floats (n of them, the rest zero) rounded: x's first 16 in the low half. */
 AVX512_BF16 static inline __m512i round32(const float *x, int n)
 {
-    __m512 lo = _mm512_maskz_loadu_ps(lanes16(n), x);
-    __m512 hi = _mm512_maskz_loadu_ps(lanes16(n - 16), x + 16);
+    __m512 lo = _mm512_maskz_loadu_ps(st_lanes16(n), x);
+    __m512 hi = _mm512_maskz_loadu_ps(st_lanes16(n - 16), x + 16);
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
@@ -167,7 +157,7 @@ AVX512_BF16 void st_att16_round(uint16_t *dst, int ldd, const float *x, int ldx,
         const float *s = x + (size_t)r * ldx;
         uint16_t *d = dst + (size_t)r * ldd;
         for (int c = 0; c < even; c += 32)
-            _mm512_mask_storeu_epi16(d + c, lanes32(even - c), round32(s + c, cols - c));
+            _mm512_mask_storeu_epi16(d + c, st_lanes32(even - c), round32(s + c, cols - c));
     }
 }
 
@@ -179,64 +169,44 @@ AVX512_BF16 static inline __m512i interleave(__m512i ab)
     return _mm512_permutexvar_epi16(idx, ab);
 }
 
+/* Columns [c, c + 16) of rows a and b (b NULL: zeros), masked by m, as bf16: a's in the low
+ * half. From float32 (rounded) or bf16 storage; inlined with f32 a constant. */
+AVX512_BF16 static inline __attribute__((always_inline)) __m512i
+two_rows(bool f32, const void *a, const void *b, int c, __mmask16 m)
+{
+    if (f32) {
+        __m512 lo = _mm512_maskz_loadu_ps(m, (const float *)a + c);
+        __m512 hi = b ? _mm512_maskz_loadu_ps(m, (const float *)b + c) : _mm512_setzero_ps();
+        return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    }
+    __m256i lo = _mm256_maskz_loadu_epi16(m, (const uint16_t *)a + c);
+    __m256i hi = b ? _mm256_maskz_loadu_epi16(m, (const uint16_t *)b + c) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* st_att16_pair_cols from either storage. */
+AVX512_BF16 static inline __attribute__((always_inline)) void
+pair_cols(bool f32, uint16_t *dst, int ldd, const char *x, int ldx, int rows, int cols)
+{
+    size_t row = (size_t)ldx * (f32 ? sizeof(float) : sizeof(uint16_t));
+    for (int p = 0; 2 * p < rows; p++) {
+        const char *a = x + 2 * (size_t)p * row, *b = 2 * p + 1 < rows ? a + row : NULL;
+        for (int c = 0; c < cols; c += 16)
+            _mm512_mask_storeu_epi16(dst + (size_t)p * ldd + 2 * c, st_lanes32(2 * (cols - c)),
+                                     interleave(two_rows(f32, a, b, c, st_lanes16(cols - c))));
+    }
+}
+
 AVX512_BF16 void st_att16_pair_cols(uint16_t *dst, int ldd, const uint16_t *x, int ldx, int rows,
                                     int cols)
 {
-    for (int p = 0; 2 * p < rows; p++) {
-        const uint16_t *a = x + (size_t)2 * p * ldx, *b = a + ldx;
-        bool second = 2 * p + 1 < rows;
-        for (int c = 0; c < cols; c += 16) {
-            __mmask16 m = lanes16(cols - c);
-            __m256i lo = _mm256_maskz_loadu_epi16(m, a + c);
-            __m256i hi = second ? _mm256_maskz_loadu_epi16(m, b + c) : _mm256_setzero_si256();
-            __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            _mm512_mask_storeu_epi16(dst + (size_t)p * ldd + 2 * c, lanes32(2 * (cols - c)),
-                                     interleave(ab));
-        }
-    }
+    pair_cols(false, dst, ldd, (const char *)x, ldx, rows, cols);
 }
 
 AVX512_BF16 void st_att16_pair_cols_f32(uint16_t *dst, int ldd, const float *x, int ldx, int rows,
                                         int cols)
 {
-    for (int p = 0; 2 * p < rows; p++) {
-        const float *a = x + (size_t)2 * p * ldx, *b = a + ldx;
-        bool second = 2 * p + 1 < rows;
-        for (int c = 0; c < cols; c += 16) {
-            __mmask16 m = lanes16(cols - c);
-            __m512 lo = _mm512_maskz_loadu_ps(m, a + c);
-            __m512 hi = second ? _mm512_maskz_loadu_ps(m, b + c) : _mm512_setzero_ps();
-            __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_mask_storeu_epi16(dst + (size_t)p * ldd + 2 * c, lanes32(2 * (cols - c)),
-                                     interleave(ab));
-        }
-    }
-}
-
-/* r[k] (16 rows of 16 32-bit lanes) becomes its transpose: r[k] holds column k. */
-AVX512_BF16 static inline void transpose16(__m512i r[16])
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) { // u[4i + k], 128-bit lane L: rows 4i..4i+3 of column 4L + k
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int k = 0; k < 4; k++) {
-        __m512i v0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88);
-        __m512i v1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xdd);
-        __m512i w0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88);
-        __m512i w1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xdd);
-        r[k] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-        r[4 + k] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        r[8 + k] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-        r[12 + k] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-    }
+    pair_cols(true, dst, ldd, (const char *)x, ldx, rows, cols);
 }
 
 /* Loads the rows x cols block of 32-bit elements at x (ld in 32-bit elements) into r, zero
@@ -244,11 +214,11 @@ AVX512_BF16 static inline void transpose16(__m512i r[16])
 AVX512_BF16 static inline void load_transposed(__m512i r[16], const void *x, size_t ld, int rows,
                                                int cols)
 {
-    __mmask16 m = lanes16(cols);
+    __mmask16 m = st_lanes16(cols);
     for (int k = 0; k < 16; k++)
         r[k] = k < rows ? _mm512_maskz_loadu_epi32(m, (const int *)x + k * ld)
                         : _mm512_setzero_si512();
-    transpose16(r);
+    st_transpose16(r);
 }
 
 AVX512_BF16 void st_att_transpose32(void *dst, int ldd, const void *x, int ldx, int rows, int cols)
@@ -257,7 +227,7 @@ AVX512_BF16 void st_att_transpose32(void *dst, int ldd, const void *x, int ldx, 
         for (int c = 0; c < cols; c += 16) {
             __m512i t[16];
             load_transposed(t, (const int *)x + (size_t)r * ldx + c, (size_t)ldx, rows - r, cols - c);
-            __mmask16 m = lanes16(rows - r);
+            __mmask16 m = st_lanes16(rows - r);
             for (int k = 0; k < 16 && c + k < cols; k++)
                 _mm512_mask_storeu_epi32((int *)dst + (size_t)(c + k) * ldd + r, m, t[k]);
         }

@@ -55,42 +55,8 @@ static void tile_scalar(const pack_job_t *j, int r0, int c0)
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "model/avx512_words.h"
 #define BLOCKED_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
-
-static inline __mmask16 mask16(int n)
-{
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
-/* r[q] = word q of every row: the 16 x 16 transposition of 32-bit words (within each 128-bit
- * lane first, then across the lanes). */
-BLOCKED_TARGET static inline void transpose16(__m512i r[16])
-{
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    // r[4 i + c]'s lane L: word 4 L + c of rows 4 i .. 4 i + 3.
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512i a = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44); // lanes 0, 1 of each
-        __m512i b = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE); // lanes 2, 3
-        __m512i x = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
-        __m512i y = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
-        t[c] = _mm512_shuffle_i32x4(a, x, 0x88);
-        t[4 + c] = _mm512_shuffle_i32x4(a, x, 0xDD);
-        t[8 + c] = _mm512_shuffle_i32x4(b, y, 0x88);
-        t[12 + c] = _mm512_shuffle_i32x4(b, y, 0xDD);
-    }
-    memcpy(r, t, sizeof t);
-}
 
 /* Rows [r0, r0 + 16) of the weight rounded into g (16 rows of `width` >= cols, zeros past the
  * weight's edge): the weight's rows are contiguous, so this reads one stretch of memory in order,
@@ -103,8 +69,8 @@ BLOCKED_TARGET static void round_group(const pack_job_t *j, int r0, uint16_t *g,
         int r = r0 + q, c = 0;
         if (r < j->rows)
             for (const float *row = j->w + (size_t)r * j->cols; c < j->cols; c += 32) {
-                __m512 lo = _mm512_maskz_loadu_ps(mask16(j->cols - c), row + c);
-                __m512 hi = _mm512_maskz_loadu_ps(mask16(j->cols - c - 16), row + c + 16);
+                __m512 lo = _mm512_maskz_loadu_ps(st_lanes16(j->cols - c), row + c);
+                __m512 hi = _mm512_maskz_loadu_ps(st_lanes16(j->cols - c - 16), row + c + 16);
                 _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
             }
         memset(out + c, 0, (size_t)(width - c) * sizeof *out);
@@ -141,7 +107,7 @@ BLOCKED_TARGET static void tile(const pack_job_t *j, int r0, int c0, const uint1
     }
     // B = w^T: rows r0 .. r0 + 15 are B's columns, c0 .. c0 + 31 the rows of block row c0 / 32.
     if (c0 < padded_k(f) && r0 < padded_n(f)) {
-        transpose16(v);
+        st_transpose16(v);
         size_t pair = 2 * (size_t)f->nb;
         uint16_t *out = j->fdst + (size_t)(c0 / ST_BLOCKED_KB) * f->k_stride +
                         (size_t)(r0 / f->nb) * f->n_stride + 2 * (size_t)(r0 % f->nb);
