@@ -75,10 +75,10 @@ static void bias_gelu(int N, int C, int reps)
         record(&f, 1, t0, r);
         t0 = st_now_ns();
         st_gelu_backward(din, pre, dout, n);
-        st_bias_backward(db, NULL, din, N, OC);
+        st_bias_backward(db, din, N, OC);
         record(&b, 0, t0, r);
         t0 = st_now_ns();
-        st_gelu_bias_backward(din, NULL, db, dgelu, dout, N, OC);
+        st_gelu_bias_backward(din, db, dgelu, dout, N, OC);
         record(&b, 1, t0, r);
     }
     report(&f);
@@ -109,43 +109,6 @@ static void add_layernorm(int N, int C, int reps)
     }
     report(&t);
     free(x), free(res), free(ln), free(w), free(b), free(mean), free(rstd);
-}
-
-/* At bf16: a pass that writes a product's operand rounding it as it goes, against the pass and then
- * a rounding pass of its own (st_operand_hold's). The norm's output (N x C), and the output
- * gradient of the MLP's first layer (N x 4C) with its bias gradient's sums. In fp32 nothing is
- * rounded: the two sides are the same work. */
-static void rounding(int N, int C, int reps)
-{
-    size_t n = (size_t)N * C, n4 = 4 * n;
-    float *x = rnd(n, 1), *ln = rnd(n, 1), *w = rnd(C, 1), *b = rnd(C, 1);
-    float *mean = rnd(N, 1), *rstd = rnd(N, 1), *dy = rnd(n4, 1), *db = rnd(4 * (size_t)C, 1);
-    timing_t t[2] = {{"LayerNorm + rounding its output", {1e30, 1e30}},
-                     {"bias gradient + rounding the gradient", {1e30, 1e30}}};
-    for (int r = 0; r <= reps; r++)
-        for (int fused = 0; fused < 2; fused++) {
-            uint64_t t0 = st_now_ns();
-            uint16_t *h;
-            if (fused) {
-                h = st_operand_hold(ln, N, C, C, false);
-                st_norm_forward(ln, h, mean, rstd, x, NULL, w, b, N, C, 1e-5f);
-            } else {
-                st_layernorm_forward(ln, mean, rstd, x, w, b, N, C, 1e-5f);
-                h = st_operand_hold(ln, N, C, C, true);
-            }
-            if (h)
-                st_operand_release(ln);
-            record(&t[0], fused, t0, r);
-            t0 = st_now_ns();
-            h = st_operand_hold(dy, N, 4 * C, 4 * C, !fused);
-            st_bias_backward(db, fused ? h : NULL, dy, N, 4 * C);
-            if (h)
-                st_operand_release(dy);
-            record(&t[1], fused, t0, r);
-        }
-    report(&t[0]);
-    report(&t[1]);
-    free(x), free(ln), free(w), free(b), free(mean), free(rstd), free(dy), free(db);
 }
 
 static void xent_head(int N, int C, int V, int reps)
@@ -211,7 +174,6 @@ int main(int argc, char **argv)
     printf("%-42s %10s %10s %7s\n", "fusion", "unfused", "fused", "gain");
     bias_gelu(N, C, reps);
     add_layernorm(N, C, reps);
-    rounding(N, C, reps);
     xent_head(N, C, V, reps);
     return 0;
 }

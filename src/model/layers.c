@@ -51,25 +51,19 @@ void st_encoder_backward(float *dwte, int v0, int v1, float *dwpe, const float *
  * cache, so the pair costs one pass over the rows instead of two. */
 typedef struct norm_job {
     float *out, *mean, *rstd, *sum;
-    uint16_t *out16;
     const float *inp, *res, *w, *b;
     int C;
     float eps;
 } norm_job_t;
-
-/* A row at most this wide is normalised in a scratch row on the stack when it goes to out16, so out
- * is not written at all; a wider one goes through out. */
-#define NORM_TILE 4096
 
 ST_VEC_CLONES
 static void norm_rows(void *ctx, size_t n0, size_t n1)
 {
     const norm_job_t *j = ctx;
     int C = j->C;
-    float tile[NORM_TILE];
     for (size_t n = n0; n < n1; n++) {
         const float *x = j->inp + n * C;
-        float *o = j->out16 && C <= NORM_TILE ? tile : j->out + n * C;
+        float *o = j->out + n * C;
         if (j->res) {
             const float *r = j->res + n * C;
             float *y = j->sum + n * C;
@@ -82,52 +76,48 @@ static void norm_rows(void *ctx, size_t n0, size_t n1)
             for (int i = 0; i < C; i++)
                 o[i] = x[i] * s * j->w[i];
             j->rstd[n] = s;
-        } else {
-            float m = st_sum(x, C) / (float)C;
-            // The centred row goes through the output row, so the variance is a plain dot product.
-            for (int i = 0; i < C; i++)
-                o[i] = x[i] - m;
-            float v = st_dot(o, o, C) / (float)C;
-            float s = 1.f / sqrtf(v + j->eps);
-            for (int i = 0; i < C; i++)
-                o[i] = o[i] * s * j->w[i] + j->b[i];
-            j->mean[n] = m;
-            j->rstd[n] = s;
+            continue;
         }
-        if (j->out16) // rounded while the row is in cache
-            st_gemm_bf16_round(j->out16 + n * C, o, 1, C, C);
+        float m = st_sum(x, C) / (float)C;
+        // The centred row goes through the output buffer, so the variance is a plain dot product.
+        for (int i = 0; i < C; i++)
+            o[i] = x[i] - m;
+        float v = st_dot(o, o, C) / (float)C;
+        float s = 1.f / sqrtf(v + j->eps);
+        for (int i = 0; i < C; i++)
+            o[i] = o[i] * s * j->w[i] + j->b[i];
+        j->mean[n] = m;
+        j->rstd[n] = s;
     }
 }
 
-void st_norm_forward(float *out, uint16_t *out16, float *mean, float *rstd, float *x,
-                     const float *res, const float *w, const float *b, int N, int C, float eps)
+static void norm_forward(const norm_job_t *j, int N)
 {
-    norm_job_t j = {out, mean, rstd, res ? x : NULL, out16, x, res, w, b, C, eps};
-    st_parallel_range((size_t)N, ST_ROW_GRAIN(C), norm_rows, &j);
+    st_parallel_range((size_t)N, ST_ROW_GRAIN(j->C), norm_rows, (void *)j);
 }
 
 void st_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                           const float *b, int N, int C, float eps)
 {
-    st_norm_forward(out, NULL, mean, rstd, (float *)inp, NULL, w, b, N, C, eps);
+    norm_forward(&(norm_job_t){out, mean, rstd, NULL, inp, NULL, w, b, C, eps}, N);
 }
 
 void st_add_layernorm_forward(float *out, float *mean, float *rstd, float *x, const float *res,
                               const float *w, const float *b, int N, int C, float eps)
 {
-    st_norm_forward(out, NULL, mean, rstd, x, res, w, b, N, C, eps);
+    norm_forward(&(norm_job_t){out, mean, rstd, x, x, res, w, b, C, eps}, N);
 }
 
 void st_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps)
 {
-    st_norm_forward(out, NULL, NULL, rstd, (float *)inp, NULL, w, NULL, N, C, eps);
+    norm_forward(&(norm_job_t){out, NULL, rstd, NULL, inp, NULL, w, NULL, C, eps}, N);
 }
 
 void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res, const float *w,
                             int N, int C, float eps)
 {
-    st_norm_forward(out, NULL, NULL, rstd, x, res, w, NULL, N, C, eps);
+    norm_forward(&(norm_job_t){out, NULL, rstd, x, x, res, w, NULL, C, eps}, N);
 }
 
 /* Sums over the rows (the gradients of a bias, of a norm's weight and bias) go by fixed blocks of
@@ -263,11 +253,9 @@ void st_matmul_backward_input(float *dinp, const float *dout, const float *w, in
     st_sgemm(0, 0, N, C, OC, 1.f, dout, OC, w, C, 0.f, dinp, C);
 }
 
-/* The bias gradient: a sum over the rows (sum_rows), each row rounded into dout16 in the same pass
- * when there is one. */
+/* The bias gradient: a sum over the rows (sum_rows). */
 typedef struct bias_bwd_job {
     const float *dout;
-    uint16_t *dout16;
     size_t OC;
 } bias_bwd_job_t;
 
@@ -279,14 +267,12 @@ static void bias_backward_rows(const void *ctx, size_t n0, size_t n1, float *con
         const float *d = j->dout + n * j->OC;
         for (size_t o = 0; o < j->OC; o++)
             acc[0][o] += d[o];
-        if (j->dout16)
-            st_gemm_bf16_round(j->dout16 + n * j->OC, d, 1, (int)j->OC, (int)j->OC);
     }
 }
 
-void st_bias_backward(float *dbias, uint16_t *dout16, const float *dout, int N, int OC)
+void st_bias_backward(float *dbias, const float *dout, int N, int OC)
 {
-    bias_bwd_job_t j = {dout, dout16, (size_t)OC};
+    bias_bwd_job_t j = {dout, (size_t)OC};
     sum_rows((size_t)N, (size_t)OC, &dbias, 1, bias_backward_rows, &j);
 }
 
@@ -295,7 +281,7 @@ void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const
 {
     st_sgemm(1, 0, OC, C, N, 1.f, dout, OC, inp, C, dw_beta, dw, C);
     if (dbias)
-        st_bias_backward(dbias, NULL, dout, N, OC);
+        st_bias_backward(dbias, dout, N, OC);
 }
 
 void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
@@ -424,8 +410,6 @@ static void gelu_bias_backward_rows(const void *ctx, size_t n0, size_t n1, float
             di[j] = gr[j] * d[j];
             acc[0][j] += di[j];
         }
-        if (g->out16)
-            st_gemm_bf16_round(g->out16 + n * OC, di, 1, (int)OC, (int)OC);
     }
 }
 
@@ -434,20 +418,15 @@ ST_VEC_CLONES
 static void gelu_backward_rows(void *ctx, size_t n0, size_t n1)
 {
     const gelu_job_t *g = ctx;
-    size_t OC = (size_t)g->OC;
-    for (size_t n = n0; n < n1; n++) {
-        float *di = g->out + n * OC;
-        for (size_t j = 0; j < OC; j++)
-            di[j] = g->inp[n * OC + j] * g->dout[n * OC + j];
-        if (g->out16)
-            st_gemm_bf16_round(g->out16 + n * OC, di, 1, (int)OC, (int)OC);
-    }
+    size_t at = n0 * (size_t)g->OC, end = n1 * (size_t)g->OC;
+    for (size_t i = at; i < end; i++)
+        g->out[i] = g->inp[i] * g->dout[i];
 }
 
-void st_gelu_bias_backward(float *dinp, uint16_t *dinp16, float *dbias, const float *dgelu,
-                           const float *dout, int N, int OC)
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *dgelu, const float *dout, int N,
+                           int OC)
 {
-    gelu_job_t g = {.out = dinp, .out16 = dinp16, .inp = dgelu, .dout = dout, .N = N, .OC = OC};
+    gelu_job_t g = {.out = dinp, .inp = dgelu, .dout = dout, .N = N, .OC = OC};
     if (dbias)
         sum_rows((size_t)N, (size_t)OC, &dbias, 1, gelu_bias_backward_rows, &g);
     else

@@ -69,12 +69,6 @@ void st_add_layernorm_forward(float *out, float *mean, float *rstd, float *x, co
                               const float *w, const float *b, int N, int C, float eps);
 void st_add_rmsnorm_forward(float *out, float *rstd, float *x, const float *res, const float *w,
                             int N, int C, float eps);
-/* The four above in one: LayerNorm with mean (and b) not NULL, RMSNorm with mean NULL; with res
- * not NULL x += res first (x written only then). With out16 not NULL each row goes rounded to bf16
- * into out16 (the copy the next product reads, which then has no pass of its own to round it)
- * instead of into out, which rows wider than 4096 still pass through. */
-void st_norm_forward(float *out, uint16_t *out16, float *mean, float *rstd, float *x,
-                     const float *res, const float *w, const float *b, int N, int C, float eps);
 /* dinp[N,C] += ..., dw[C] += ... */
 void st_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                          const float *w, const float *rstd, int N, int C);
@@ -91,9 +85,8 @@ void st_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 void st_matmul_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC);
 void st_matmul_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N,
                                int C, int OC, float dw_beta);
-/* dbias[OC] += column sums of dout[N,OC]; with dout16 not NULL dout also rounded to bf16 into it,
- * in the same pass (for the products that read dout next). */
-void st_bias_backward(float *dbias, uint16_t *dout16, const float *dout, int N, int OC);
+/* dbias[OC] += column sums of dout[N,OC]. */
+void st_bias_backward(float *dbias, const float *dout, int N, int OC);
 
 /* out[n] = gelu_tanh(inp[n]): unfused, as the fusions' benchmark compares. */
 void st_gelu_forward(float *out, const float *inp, size_t n);
@@ -108,10 +101,9 @@ void st_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 void st_bias_gelu_forward(float *pre, float *out, uint16_t *out16, const float *bias, int N,
                           int OC);
 /* Its backward: dinp[N,OC] = dgelu * dout (dgelu: the derivative st_bias_gelu_forward left in pre;
- * dinp written, and may alias dout), and dbias[OC] += column sums of dinp (dbias NULL: none); with
- * dinp16 not NULL dinp also rounded to bf16 into it, in the same pass. */
-void st_gelu_bias_backward(float *dinp, uint16_t *dinp16, float *dbias, const float *dgelu,
-                           const float *dout, int N, int OC);
+ * dinp written, and may alias dout), and dbias[OC] += column sums of dinp (dbias NULL: none). */
+void st_gelu_bias_backward(float *dinp, float *dbias, const float *dgelu, const float *dout, int N,
+                           int OC);
 
 /* SwiGLU: out[N,F] = silu(g) * u, where gu[N,2F] holds the gate g (columns [0, F)) and the up
  * projection u (columns [F, 2F)) of each row; silu(g) = g * sigmoid(g); out16 as for

@@ -300,17 +300,22 @@ static int block_seg(const strata_gpt_t *m, int l)
     return m->seg_block0 + m->blk[l];
 }
 
-/* The configured norm (LayerNorm or RMSNorm; b ST_AT's NULL for RMSNorm) of R rows of x into out,
- * or rounded into out16 instead when that is not NULL; with res not NULL, x += res first in the
- * same pass (the residual add a block's output leaves to its reader). */
-static void norm_forward(const strata_gpt_t *m, float *out, uint16_t *out16, float *mean,
-                         float *rstd, float *x, const float *res, const float *w, const float *b,
-                         int R)
+/* The configured norm (LayerNorm or RMSNorm; b ST_AT's NULL for RMSNorm) of R rows of x into out;
+ * with res not NULL, x += res first in the same pass (the residual add a block's output leaves to
+ * its reader). */
+static void norm_forward(const strata_gpt_t *m, float *out, float *mean, float *rstd, float *x,
+                         const float *res, const float *w, const float *b, int R)
 {
     const strata_gpt_config_t *c = &m->cfg;
     bool rms = c->norm == STRATA_GPT_NORM_RMSNORM;
-    st_norm_forward(out, out16, rms ? NULL : mean, rstd, x, res, w, rms ? NULL : b, R, c->d_model,
-                    c->ln_eps);
+    if (res && rms)
+        st_add_rmsnorm_forward(out, rstd, x, res, w, R, c->d_model, c->ln_eps);
+    else if (res)
+        st_add_layernorm_forward(out, mean, rstd, x, res, w, b, R, c->d_model, c->ln_eps);
+    else if (rms)
+        st_rmsnorm_forward(out, rstd, x, w, R, c->d_model, c->ln_eps);
+    else
+        st_layernorm_forward(out, mean, rstd, x, w, b, R, c->d_model, c->ln_eps);
 }
 
 static void norm_backward(const strata_gpt_t *m, float *dx, float *dw, float *db, const float *dout,
@@ -355,9 +360,8 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     const strata_gpt_config_t *c = &m->cfg;
     const block_layout_t *o = &m->bl;
     int N = B * T, R = st_model_rows(m, N), C = c->d_model, Cl = m->Cl, Fl = m->Fl;
-    // At bf16 the norms round their rows straight into the kept copies the products read.
-    norm_forward(m, a->ln1, hold_act_out(m, a, h, ACT_LN1, a->ln1, (size_t)R * C), a->ln1_mean,
-                 a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
+    norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, xres, p + o->ln1w, ST_AT(p, o->ln1b), R);
+    hold_act(m, a, h, ACT_LN1, a->ln1, (size_t)R * C, true);
     ST_TRY(st_tp_column_forward(m, a->qkv, a->ln1, p + o->qkvw, ST_AT(p, o->qkvb), N, C,
                                 st_qkv_width(m), false));
     rope(m, a->qkv, B, T, false);
@@ -377,8 +381,9 @@ static strata_status_t block_forward_held(strata_gpt_t *m, block_acts_t *a, held
     ST_TRY(st_tp_row_forward(m, a->res1, a->atty, p + o->projw, ST_AT(p, o->projb),
                              c->parallel ? x : NULL, N, Cl, C));
     if (!c->parallel) {
-        norm_forward(m, a->ln2, hold_act_out(m, a, h, ACT_LN2, a->ln2, (size_t)R * C),
-                     a->ln2_mean, a->ln2_rstd, a->res1, x, p + o->ln2w, ST_AT(p, o->ln2b), R);
+        norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, x, p + o->ln2w,
+                     ST_AT(p, o->ln2b), R);
+        hold_act(m, a, h, ACT_LN2, a->ln2, (size_t)R * C, true);
     }
     // GeLU with a bias: the bias rides the GeLU's pass (st_bias_gelu_forward), not the product's.
     const float *fcb = ST_AT(p, o->fcb);
@@ -412,8 +417,8 @@ static strata_status_t block_forward(strata_gpt_t *m, block_acts_t *a, const flo
 static strata_status_t final_norm_forward(strata_gpt_t *m, slot_t *sl, const float *p, float *x,
                                           const float *xres, int R)
 {
-    norm_forward(m, sl->lnf, NULL, sl->lnf_mean, sl->lnf_rstd, x, xres, p + m->lnfw,
-                 ST_AT(p, m->lnfb), R);
+    norm_forward(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, xres, p + m->lnfw, ST_AT(p, m->lnfb),
+                 R);
     return STRATA_OK;
 }
 
@@ -552,25 +557,16 @@ static strata_status_t block_backward(strata_gpt_t *m, block_acts_t *a, float *g
     // GeLU with a bias: its gradient is summed in the GeLU's pass (st_gelu_bias_backward).
     float *dfcb = ST_AT(g, o->fcb);
     bool fused = c->mlp != STRATA_GPT_MLP_SWIGLU && dfcb;
-    // At bf16 GeLU's pass rounds its output, the products' operand, too (st_tp_column_backward
-    // holds it again).
-    uint16_t *dfch16 = NULL;
-    if (c->mlp == STRATA_GPT_MLP_SWIGLU) {
+    if (c->mlp == STRATA_GPT_MLP_SWIGLU)
         st_swiglu_backward(m->dfch, a->fch, m->dact, N, Fl);
-    } else { // a->fch holds GeLU's derivative (st_bias_gelu_forward)
-        dfch16 = st_operand_hold(m->dfch, N, Gl, Gl, false);
-        st_gelu_bias_backward(m->dfch, dfch16, dfcb, a->fch, m->dact, N, Fl);
-    }
+    else // a->fch holds GeLU's derivative (st_bias_gelu_forward)
+        st_gelu_bias_backward(m->dfch, dfcb, a->fch, m->dact, N, Fl);
     if (split)
         memcpy(a->dfc, m->dfch, (size_t)N * Gl * sizeof(float));
     // The parallel block keeps the MLP's d(ln1) for after the attention's; else d(ln2) -> dres.
     float *dmlp = c->parallel ? m->dln : m->dbuf;
-    strata_status_t rc = st_tp_column_backward(m, dmlp, split ? NULL : g + o->fcw,
-                                               fused ? NULL : dfcb, m->dfch, mlp_input(m, a),
-                                               p + o->fcw, N, C, Gl, false);
-    if (dfch16)
-        st_operand_release(m->dfch);
-    ST_TRY(rc);
+    ST_TRY(st_tp_column_backward(m, dmlp, split ? NULL : g + o->fcw, fused ? NULL : dfcb, m->dfch,
+                                 mlp_input(m, a), p + o->fcw, N, C, Gl, false));
     st_model_progress(m);
     if (!c->parallel)
         norm_backward(m, m->dres, g + o->ln2w, ST_AT(g, o->ln2b), m->dbuf, a->res1, p + o->ln2w,

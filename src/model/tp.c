@@ -132,23 +132,13 @@ static strata_status_t column_backward(strata_gpt_t *m, float *dx, float *dw, fl
     return rc < 0 ? rc : r1 < 0 ? r1 : r2;
 }
 
-/* Holds the output gradient dy[N, OC], which feeds both products, rounded once at bf16 (a no-op in
- * fp32): in the pass that sums the bias gradient (*dbias, then NULL: done) when there is one. */
-static void hold_output_gradient(const float *dy, int N, int OC, float **dbias)
-{
-    uint16_t *dy16 = st_operand_hold(dy, N, OC, OC, !*dbias);
-    if (dy16 && *dbias) {
-        st_bias_backward(*dbias, dy16, dy, N, OC);
-        *dbias = NULL;
-    }
-}
-
 strata_status_t st_tp_column_backward(strata_gpt_t *m, float *dx, float *dw, float *dbias,
                                       const float *dy, const float *x, const float *w, int N,
                                       int C, int OC, bool gathered)
 {
+    // dy feeds both products: rounded once at bf16 (a no-op in fp32).
     if (dw)
-        hold_output_gradient(dy, N, OC, &dbias);
+        st_operand_hold(dy, N, OC, OC, true);
     strata_status_t rc = column_backward(m, dx, dw, dbias, dy, x, w, N, C, OC, gathered);
     if (dw)
         st_operand_release(dy);
@@ -220,20 +210,18 @@ strata_status_t st_tp_row_backward(strata_gpt_t *m, float *da, float *dw, float 
         ST_TRY(gather_rows(m, dy, m->dfull, N, OC));
         dyf = m->dfull;
     }
-    // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T. The bias was added on this
-    // rank's rows only: its gradient rides dyf's rounding where those are all of dyf's rows.
-    float *dbias_fused = dyf == dy ? dbias : NULL; // NULL once summed
+    // da[N, K] = dy w, with w [OC, K]: the input gradient of y = a w^T. With dw, dy feeds both
+    // products: rounded once at bf16.
     if (dw)
-        hold_output_gradient(dyf, N, OC, &dbias_fused);
+        st_operand_hold(dyf, N, OC, OC, true);
     st_matmul_backward_input(da, dyf, w, N, K, OC);
     if (dw) {
         st_matmul_backward_weight(dw, NULL, dyf, a, N, K, OC, m->wgrad_beta);
         st_operand_release(dyf);
     } else
         memcpy(keep, dyf, (size_t)N * OC * sizeof(float));
-    float *dbias_left = dyf == dy ? dbias_fused : dbias;
-    if (dbias_left)
-        st_bias_backward(dbias_left, NULL, dy, st_model_rows(m, N), OC);
+    if (dbias) // the bias was added on this rank's rows only
+        st_bias_backward(dbias, dy, st_model_rows(m, N), OC);
     return STRATA_OK;
 }
 
