@@ -4,6 +4,7 @@
  * product's); the packings against their definitions; and attention's forward and backward on
  * the kernel (bf16 precision) against the same attention in float32 on the same bf16 values, with
  * odd lengths, a window and grouped-query heads. Skipped where the CPU has no AVX512-BF16. */
+#include "harness/random.h"
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "model/attention_gemm.h"
@@ -14,14 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 11;
-static float frand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
+static uint64_t rs = 11; /* the random data's state (harness/random.h) */
 
 /* The tests of the bf16 kernel and its packings need AVX512-BF16; of the float32 one, AVX-512. */
 static void need(bool bf16)
@@ -57,9 +51,9 @@ static void check_gemm(bool bf16, int M, int N, int units, bool cols_form, float
     float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B);
     uint16_t *A16 = malloc(na * sizeof *A16), *B16 = malloc(nb * sizeof *B16);
     for (size_t i = 0; i < na; i++)
-        A[i] = st_bf16_to_f32(A16[i] = st_f32_to_bf16(frand()));
+        A[i] = st_bf16_to_f32(A16[i] = st_f32_to_bf16(st_test_uniform(&rs)));
     for (size_t i = 0; i < nb; i++)
-        B[i] = st_bf16_to_f32(B16[i] = st_f32_to_bf16(frand()));
+        B[i] = st_bf16_to_f32(B16[i] = st_f32_to_bf16(st_test_uniform(&rs)));
     for (int i = 0; i < M; i++) // the zeros the causal skip relies on
         for (int k = 0; k < K; k++)
             if ((causal == ST_ATT_UPTO && k > i + diag) || (causal == ST_ATT_FROM && k < i + diag))
@@ -67,7 +61,7 @@ static void check_gemm(bool bf16, int M, int N, int units, bool cols_form, float
     float *C = malloc((size_t)M * ldc * sizeof *C), *D = malloc((size_t)M * ldc * sizeof *D);
     float *C0 = malloc((size_t)M * ldc * sizeof *C0);
     for (int i = 0; i < M * ldc; i++)
-        C[i] = D[i] = C0[i] = frand();
+        C[i] = D[i] = C0[i] = st_test_uniform(&rs);
     for (int dense = 0; dense < 2; dense++) {
         float *out = dense ? D : C;
         st_att_causal_t how = dense ? ST_ATT_DENSE : causal;
@@ -138,7 +132,7 @@ static void test_packings(void **state)
         float *x = malloc((size_t)rows * ldx * sizeof *x);
         uint16_t *x16 = malloc((size_t)rows * ldx * sizeof *x16);
         for (int i = 0; i < rows * ldx; i++)
-            x16[i] = st_f32_to_bf16(x[i] = frand() * 1e3f);
+            x16[i] = st_f32_to_bf16(x[i] = st_test_uniform(&rs) * 1e3f);
         size_t nd = (size_t)(rows + 1) * ldd + (size_t)cols * (rows + 2);
         uint16_t *d = malloc(nd * sizeof *d), *e = malloc(nd * sizeof *e);
         // rounding: each element as st_f32_to_bf16, an odd row's pad zero, nothing after it
@@ -252,9 +246,9 @@ static void attention_case(int B, int T, int NH, int NKV, int hs, int window)
     size_t nqkv = (size_t)B * T * ld, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * band;
     float *qkv = malloc(nqkv * sizeof *qkv), *dout = malloc(nout * sizeof *dout);
     for (size_t i = 0; i < nqkv; i++)
-        qkv[i] = st_bf16_to_f32(st_f32_to_bf16(2.f * frand()));
+        qkv[i] = st_bf16_to_f32(st_f32_to_bf16(2.f * st_test_uniform(&rs)));
     for (size_t i = 0; i < nout; i++)
-        dout[i] = st_bf16_to_f32(st_f32_to_bf16(frand()));
+        dout[i] = st_bf16_to_f32(st_f32_to_bf16(st_test_uniform(&rs)));
     double *rout = malloc(nout * sizeof *rout), *rdqkv = malloc(nqkv * sizeof *rdqkv);
     reference(rout, rdqkv, qkv, dout, B, T, NH, NKV, hs, window);
     float *out = malloc(nout * sizeof *out), *att = malloc(natt * sizeof *att);

@@ -4,6 +4,7 @@
  * strided operands and output, and the odd shapes attention's blocks produce; the run-time choice
  * of units (forced down with oneDNN's ONEDNN_MAX_CPU_ISA by a second ctest entry); held operands
  * and weights held packed; the rounding the kernels use; and the precision switch's contract. */
+#include "harness/random.h"
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "model/gemm.h"
@@ -14,22 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 7;
-static float frand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
+static uint64_t rs = 7; /* the random data's state (harness/random.h) */
 
-/* n floats from frand, newly allocated. */
+/* n floats from st_test_uniform, newly allocated. */
 static float *random_floats(size_t n)
 {
     float *x = malloc(n * sizeof *x);
     assert_non_null(x);
     for (size_t i = 0; i < n; i++)
-        x[i] = frand();
+        x[i] = st_test_uniform(&rs);
     return x;
 }
 
@@ -56,13 +50,13 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta, 
     float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
     float *C0 = malloc(nc * sizeof *C0), *bias = malloc((size_t)N * sizeof *bias);
     for (int j = 0; j < N; j++)
-        bias[j] = with_bias ? frand() : 0.f;
+        bias[j] = with_bias ? st_test_uniform(&rs) : 0.f;
     for (size_t i = 0; i < na; i++)
-        A[i] = frand();
+        A[i] = st_test_uniform(&rs);
     for (size_t i = 0; i < nb; i++)
-        B[i] = frand();
+        B[i] = st_test_uniform(&rs);
     for (size_t i = 0; i < nc; i++)
-        C[i] = C0[i] = frand();
+        C[i] = C0[i] = st_test_uniform(&rs);
     if (with_bias)
         st_sgemm_bias(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc);
     else
@@ -167,7 +161,7 @@ static void test_round(void **state)
     enum { ROWS = 3, COLS = 45, LD = 50 };
     float x[ROWS * LD];
     for (int i = 0; i < ROWS * LD; i++)
-        x[i] = frand() * 100.f;
+        x[i] = st_test_uniform(&rs) * 100.f;
     x[1] = 1.f + 0x1p-8f; // halfway, even below: 1
     x[2] = 1.f + 0x3p-8f; // halfway, odd below: up
     x[LD + 40] = NAN;     // in a row's tail

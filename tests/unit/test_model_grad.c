@@ -5,6 +5,7 @@
  * equals the range updated at once, bit for bit (AdamW and LAMB); the LR schedule's shape; the
  * clipping factor. And at bf16, the weights and activations the forward rounds and the backward
  * reads again give the bits of products rounding every operand themselves. */
+#include "harness/random.h"
 #include "harness/st_test.h"
 #include "base/bf16.h"
 #include "base/sumsq.h"
@@ -16,19 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 42;
-static float frand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
+static uint64_t rs = 42; /* the random data's state (harness/random.h) */
 static float *rnd(size_t n, float scale)
 {
     float *x = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
+        x[i] = st_test_uniform(&rs) * scale;
     return x;
 }
 static float *zeros(size_t n)
