@@ -36,12 +36,12 @@
  * first key of i's block. Without a window the band is T and k0 0 (the full T x T rows); with one
  * it is about W + 64 wide, so P takes T (W + 64) floats a head instead of T^2. */
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/thread_value.h"
 #include "model/attention_gemm.h"
 #include "model/layers.h"
 #include "model/parallel_range.h"
@@ -228,9 +228,10 @@ typedef struct pack_space {
     size_t n;
 } pack_space_t;
 
-static pthread_key_t pack_key;
-static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
-static bool pack_key_made;
+static void *pack_space_make(void)
+{
+    return calloc(1, sizeof(pack_space_t));
+}
 
 static void pack_space_free(void *s)
 {
@@ -239,10 +240,7 @@ static void pack_space_free(void *s)
     free(ps);
 }
 
-static void pack_key_make(void)
-{
-    pack_key_made = pthread_key_create(&pack_key, pack_space_free) == 0;
-}
+static st_thread_value_t pack_spaces = ST_THREAD_VALUE(pack_space_make, pack_space_free);
 
 /* Elements a carved piece is rounded up to: 64 bytes, a cache line. */
 #define PACK_ALIGN 32
@@ -264,18 +262,9 @@ static size_t pack_need(const att_job_t *j)
 /* This thread's packing space of at least n elements, 64-byte aligned; NULL when out of memory. */
 static uint16_t *pack_space(size_t n)
 {
-    pthread_once(&pack_once, pack_key_make);
-    if (!pack_key_made)
+    pack_space_t *ps = st_thread_value(&pack_spaces);
+    if (!ps)
         return NULL;
-    pack_space_t *ps = pthread_getspecific(pack_key);
-    if (!ps) {
-        if (!(ps = calloc(1, sizeof *ps)))
-            return NULL;
-        if (pthread_setspecific(pack_key, ps) != 0) {
-            free(ps);
-            return NULL;
-        }
-    }
     if (ps->n < n) {
         free(ps->p);
         ps->n = 0;

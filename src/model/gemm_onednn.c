@@ -38,6 +38,7 @@
 
 #include "base/base.h"
 #include "base/bf16.h"
+#include "base/thread_value.h"
 #include "model/gemm.h"
 #include "model/gemm_blocked.h"
 #include "model/parallel_range.h"
@@ -116,7 +117,6 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static _Atomic unsigned forks;
 static dnnl_engine_t engine;
 static const char *units;
-static pthread_key_t cache_key;
 
 static void prim_free(prim_t *s)
 {
@@ -151,7 +151,7 @@ static void forked(void)
 
 static void init_once(void)
 {
-    if (pthread_atfork(NULL, NULL, forked) != 0 || pthread_key_create(&cache_key, cache_free) != 0 ||
+    if (pthread_atfork(NULL, NULL, forked) != 0 ||
         dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
         engine = NULL;
         return;
@@ -175,12 +175,29 @@ bool st_gemm_onednn_ready(void)
     return engine != NULL;
 }
 
+/* A thread's new cache (the engine is made). */
+static void *cache_make(void)
+{
+    if (!st_omp_guard()) // a forked child, or TSan: this thread's products keep to one thread
+        omp_set_num_threads(1);
+    gemm_cache_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->forks = atomic_load_explicit(&forks, memory_order_relaxed);
+    if (dnnl_stream_create(&g->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        cache_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static st_thread_value_t caches = ST_THREAD_VALUE(cache_make, cache_free);
+
 static gemm_cache_t *cache(void)
 {
     if (!st_gemm_onednn_ready())
         return NULL;
-    bool omp_ok = st_omp_guard(); // oneDNN's threads are OpenMP's
-    gemm_cache_t *g = pthread_getspecific(cache_key);
+    gemm_cache_t *g = st_thread_value(&caches);
     unsigned gen = atomic_load_explicit(&forks, memory_order_relaxed);
     if (g && g->forks != gen) {
         // A forked child inherits the parent's primitives, made for the parent's thread count: run
@@ -189,19 +206,6 @@ static gemm_cache_t *cache(void)
         for (int i = 0; i < CACHE_SLOTS; i++)
             prim_free(&g->slot[i]);
         g->forks = gen;
-    }
-    if (g)
-        return g;
-    if (!omp_ok) // a forked child, or TSan: this thread's products keep to one thread
-        omp_set_num_threads(1);
-    g = calloc(1, sizeof *g);
-    if (!g)
-        return NULL;
-    g->forks = gen;
-    if (dnnl_stream_create(&g->stream, engine, dnnl_stream_default_flags) != dnnl_success ||
-        pthread_setspecific(cache_key, g) != 0) {
-        cache_free(g);
-        return NULL;
     }
     return g;
 }
@@ -628,7 +632,7 @@ bool st_gemm_bf16_hold_copy(const float *x, size_t n, uint16_t *copy, bool round
 
 void st_gemm_bf16_release(const float *x)
 {
-    gemm_cache_t *g = st_gemm_bf16_units() ? pthread_getspecific(cache_key) : NULL;
+    gemm_cache_t *g = st_gemm_bf16_units() ? st_thread_value_if_any(&caches) : NULL;
     for (int i = 0; g && i < HELD_SLOTS; i++)
         if (g->held[i].refs && g->held[i].x == x) {
             g->held[i].refs--;

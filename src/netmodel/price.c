@@ -8,11 +8,11 @@
  * segments every level works on a segment at once, so after the first segment has gone through
  * every level, the busiest level (most seconds per byte) sets the pace for the other S - 1. */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "base/thread_value.h"
 #include "strata/price.h"
 
 typedef struct acc {
@@ -470,26 +470,16 @@ typedef struct memo {
     memo_entry_t set[MEMO_SETS][MEMO_WAYS];
 } memo_t;
 
-static pthread_key_t memo_tls;
-static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
-static bool memo_ok;
-
-static void memo_init(void)
+static void *memo_make(void)
 {
-    memo_ok = pthread_key_create(&memo_tls, free) == 0;
+    return calloc(1, sizeof(memo_t));
 }
+
+static st_thread_value_t memos = ST_THREAD_VALUE(memo_make, free);
 
 static memo_t *memo_get(void)
 {
-    pthread_once(&memo_once, memo_init);
-    if (!memo_ok)
-        return NULL;
-    memo_t *m = pthread_getspecific(memo_tls);
-    if (!m && (m = calloc(1, sizeof *m)) && pthread_setspecific(memo_tls, m) != 0) {
-        free(m);
-        m = NULL;
-    }
-    return m;
+    return st_thread_value(&memos);
 }
 
 static void key_of(const strata_topo_t *topo, const strata_group_t *g, const strata_net_eff_t *eff,

@@ -18,10 +18,10 @@
  *   times); what is left, or outside the box, is timed at the point itself.
  * Per thread, like the price tables: nothing is shared, nothing locked. */
 #include "base/base.h"
+#include "base/thread_value.h"
 #include "schedule/schedule_internal.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,9 +187,6 @@ typedef struct memo {
     size_t bytes;
 } memo_t;
 
-static pthread_key_t memo_tls;
-static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
-static bool memo_ok;
 
 static void entry_free(entry_t *e)
 {
@@ -217,29 +214,23 @@ static void memo_destroy(void *p)
     free(m);
 }
 
-static void memo_init(void)
+static void *memo_make(void)
 {
-    memo_ok = pthread_key_create(&memo_tls, memo_destroy) == 0;
+    memo_t *m = calloc(1, sizeof *m);
+    if (m && (m->slot = calloc(1024, sizeof *m->slot)))
+        m->cap = 1024;
+    if (m && !m->slot) {
+        free(m);
+        m = NULL;
+    }
+    return m;
 }
+
+static st_thread_value_t memos = ST_THREAD_VALUE(memo_make, memo_destroy);
 
 static memo_t *memo_get(void)
 {
-    pthread_once(&memo_once, memo_init);
-    if (!memo_ok)
-        return NULL;
-    memo_t *m = pthread_getspecific(memo_tls);
-    if (m)
-        return m;
-    m = calloc(1, sizeof *m);
-    if (m && (m->slot = calloc(1024, sizeof *m->slot)))
-        m->cap = 1024;
-    if (!m || !m->slot || pthread_setspecific(memo_tls, m) != 0) {
-        if (m)
-            free(m->slot);
-        free(m);
-        return NULL;
-    }
-    return m;
+    return st_thread_value(&memos);
 }
 
 static unsigned hash4(unsigned a, unsigned b, unsigned c, unsigned d)
