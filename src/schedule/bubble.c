@@ -187,7 +187,6 @@ typedef struct memo {
     size_t bytes;
 } memo_t;
 
-
 static void entry_free(entry_t *e)
 {
     graph_free(&e->g[0]);
@@ -217,12 +216,11 @@ static void memo_destroy(void *p)
 static void *memo_make(void)
 {
     memo_t *m = calloc(1, sizeof *m);
-    if (m && (m->slot = calloc(1024, sizeof *m->slot)))
-        m->cap = 1024;
-    if (m && !m->slot) {
+    if (!m || !(m->slot = calloc(1024, sizeof *m->slot))) {
         free(m);
-        m = NULL;
+        return NULL;
     }
+    m->cap = 1024;
     return m;
 }
 
