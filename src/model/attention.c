@@ -43,6 +43,7 @@
 
 #include "base/thread_value.h"
 #include "model/attention_gemm.h"
+#include "model/attention_softmax.h"
 #include "model/layers.h"
 #include "model/parallel_range.h"
 #include "model/vecmath.h"
@@ -188,15 +189,20 @@ static void release_copies(const att_job_t *j, held_pair_t h)
 ST_VEC_CLONES
 static void softmax_rows(float *p, int r0, int r1, int k0, int band, int window)
 {
+    bool vec = st_att_softmax_ready();
     for (int i = r0; i < r1; i++) {
         float *row = p + (size_t)i * band - k0; // row[j]: key j
         int lo = first_key(i, window), n = i + 1 - lo;
-        float mx = st_max(row + lo, n);
-        for (int j = lo; j <= i; j++)
-            row[j] = st_exp(row[j] - mx);
-        float inv = 1.f / st_sum(row + lo, n);
-        for (int j = lo; j <= i; j++)
-            row[j] *= inv;
+        if (vec) {
+            st_att_softmax_row(row + lo, n);
+        } else {
+            float mx = st_max(row + lo, n);
+            for (int j = lo; j <= i; j++)
+                row[j] = st_exp(row[j] - mx);
+            float inv = 1.f / st_sum(row + lo, n);
+            for (int j = lo; j <= i; j++)
+                row[j] *= inv;
+        }
         memset(row + k0, 0, (size_t)(lo - k0) * sizeof(float));
         memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
     }
@@ -208,13 +214,18 @@ ST_VEC_CLONES
 static void softmax_backward_rows(const float *p, float *ds, int r0, int r1, int k0, int band,
                                   int window)
 {
+    bool vec = st_att_softmax_ready();
     for (int i = r0; i < r1; i++) {
         const float *pr = p + (size_t)i * band - k0; // pr[j], dr[j]: key j
         float *dr = ds + (size_t)i * band - k0;
         int lo = first_key(i, window);
-        float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
-        for (int j = lo; j <= i; j++)
-            dr[j] = pr[j] * (dr[j] - dot);
+        if (vec) {
+            st_att_softmax_backward_row(pr + lo, dr + lo, i + 1 - lo);
+        } else {
+            float dot = st_dot(pr + lo, dr + lo, i + 1 - lo);
+            for (int j = lo; j <= i; j++)
+                dr[j] = pr[j] * (dr[j] - dot);
+        }
         memset(dr + k0, 0, (size_t)(lo - k0) * sizeof(float));
         memset(dr + i + 1, 0, (size_t)(r1 - i - 1) * sizeof(float));
     }

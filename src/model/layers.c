@@ -196,15 +196,14 @@ static void norm_backward_rows(const void *ctx, size_t n0, size_t n1, float *con
         float m = j->mean ? j->mean[n] : 0.f, s = j->rstd[n];
         // LayerNorm: two reductions, mean of dnorm and mean of dnorm * norm; RMSNorm only the
         // second (norm = x s). In lanes (vecmath.h).
-        float a1[ST_LANES] = {0}, a2[ST_LANES] = {0};
+        st_lanes_t a1 = {0}, a2 = {0};
         int i = 0;
-        for (; i + ST_LANES <= C; i += ST_LANES)
-            for (int k = 0; k < ST_LANES; k++) {
-                float norm = (x[i + k] - m) * s;
-                float dn = w[i + k] * d[i + k];
-                a1[k] += dn;
-                a2[k] += dn * norm;
-            }
+        for (; i + ST_LANES <= C; i += ST_LANES) {
+            st_lanes_t norm = (st_lanes_at(x + i) - m) * s;
+            st_lanes_t dn = st_lanes_at(w + i) * st_lanes_at(d + i);
+            a1 += dn;
+            a2 += dn * norm;
+        }
         for (int k = 0; i < C; i++, k++) {
             float norm = (x[i] - m) * s;
             float dn = w[i] * d[i];

@@ -26,7 +26,7 @@ static void xent_forward_rows(void *ctx, size_t n0, size_t n1)
         const float *row = j->logits + n * V;
         float mx = st_max(row, V);
         // The exps are summed in lanes as they are made (no scratch row to store them in).
-        float acc[ST_LANES] = {0};
+        st_lanes_t acc = {0};
         int i = 0;
         for (; i + ST_LANES <= V; i += ST_LANES)
             for (int k = 0; k < ST_LANES; k++)
@@ -88,7 +88,8 @@ void st_xent_slice(float *sumexp, float *tlogit, const float *logits, const floa
 {
     for (int n = 0; n < N; n++) {
         const float *row = logits + (size_t)n * V;
-        float acc[ST_LANES] = {0}, m = mx[n];
+        st_lanes_t acc = {0};
+        float m = mx[n];
         int i = 0;
         for (; i + ST_LANES <= V; i += ST_LANES)
             for (int k = 0; k < ST_LANES; k++)
