@@ -29,7 +29,8 @@
  * AVX512-BF16 products do (vdpbf16ps over k's pairs in order), and its results were the same bits.
  * Elsewhere (fp32, no AVX512-BF16, an odd head size) the products go through st_sgemm, reading
  * those copies (each thread holding them) instead of each block's operands rounded for every
- * product. q, k and v's copy may be the forward's, kept for the backward.
+ * product. q, k and v's copy may be the forward's, kept for the backward. The softmax rows, both
+ * ways, run on attention_softmax.c's AVX-512 kernel wherever the CPU has AVX-512 (any backend).
  *
  * Storage of P (and of the backward's dP / dS scratch): each row keeps only its block's computed
  * keys, in a band of st_attention_band(T, W) columns: row i's key j at i * band + j - k0, k0 the
