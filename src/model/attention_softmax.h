@@ -13,7 +13,8 @@
 #define ST_MODEL_ATTENTION_SOFTMAX_H
 #include <stdbool.h>
 
-/* Whether this CPU runs them (AVX-512 F, VL, DQ and FMA), with a compiler that emits them. */
+/* Whether this CPU runs them (x86-64-v4's AVX-512: F, BW, CD, DQ, VL; and FMA), with a compiler
+ * that emits them. */
 bool st_att_softmax_ready(void);
 
 /* x[0, n) (n >= 1, finite) becomes softmax(x) in place: exp(x - max) / sum. */

@@ -62,7 +62,7 @@ static inline float st_exp(float x)
 /* Lanes of the reductions: 8 floats = one AVX2 register (two SSE ones), as a GNU C vector, whose
  * operations are the lanes' own: the compiler keeps each lane's sum in order and, built for AVX2 or
  * AVX-512, runs a step as one instruction. (As loops over an array of 8, GCC's AVX-512 clones
- * assembled each step from shuffles and 8 scalar additions: 440 of them in the norms' forward.) */
+ * assembled each step from shuffles and 8 scalar additions: 442 of them in the norms' forward.) */
 #define ST_LANES 8
 /* Only static inline functions take and return it, so how the baseline build would pass it between
  * files concerns no one: GCC's and Clang's note of that (-Wpsabi) is off for the file that

@@ -1,8 +1,8 @@
 /* The model's vectorisable exp (src/model/vecmath.h): accurate on the range it serves, and defined
- * for what a checkpoint can carry into it (NaN, +-Inf, huge values). Its reductions: the lanes'
- * sums in their fixed order (element i in lane i % 8) at every length's tail, and the max. Before the fix a NaN reached
+ * for what a checkpoint can carry into it (NaN, +-Inf, huge values). Before the fix a NaN reached
  * a signed shift (UBSan: "left shift of negative value"; `strata sample` on a checkpoint with a NaN
- * weight, found by fuzzing). */
+ * weight, found by fuzzing). Its reductions: the lanes' sums in their fixed order (element i in
+ * lane i % 8) at every length's tail, and the max. */
 #include "harness/random.h"
 #include "harness/st_test.h"
 
