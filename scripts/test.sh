@@ -10,6 +10,17 @@ bash scripts/deps.sh
 presets=("$@")
 ((${#presets[@]})) || presets=(release asan tsan fuzz)
 jobs=$(nproc)
+
+# A CI log is shown by its head and tail, and a failing test's own checks sit in the middle. So
+# after a failed run, what each failing test said of itself is printed again, last: the multi-rank
+# harness's recap of its failed jobs (tests/harness/ranks.c) and cmocka's failed checks.
+failure_recap() {
+    local log="$1/Testing/Temporary/LastTest.log"
+    [ -f "$log" ] || return 0
+    echo "=== what the failed tests said (again, from $log) ==="
+    grep -E -A9 '^st_test_ranks: [0-9]+ multi-rank job\(s\) failed' "$log" || true
+    grep -E '^\[ +(ERROR|FAILED|LINE) +\]' "$log" | grep -v '^\[  FAILED  \] [0-9]* test' || true
+}
 for p in "${presets[@]}"; do
     if [ "$p" = fuzz ]; then
         echo "=== fuzz ==="
@@ -33,5 +44,8 @@ for p in "${presets[@]}"; do
     [ "$p" = tsan ] &&
         export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp atexit_sleep_ms=50 ${TSAN_OPTIONS:-}"
     echo "=== $p tests ==="
-    (cd "build/$p" && ctest --output-on-failure -j "$jobs" "${labels[@]}")
+    if ! (cd "build/$p" && ctest --output-on-failure -j "$jobs" "${labels[@]}"); then
+        failure_recap "build/$p"
+        exit 1
+    fi
 done
