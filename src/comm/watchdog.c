@@ -59,6 +59,9 @@ void st_watch_rest(st_ep_t *ep, st_watch_t *w, uint64_t now_ns)
     w->waiting = false;
 }
 
+/* Windows the census adds while more than one rank is silent (two heartbeat periods each). */
+#define EXTRA_LOOKS 2
+
 /* ---- the census -------------------------------------------------------------------------------- */
 
 typedef struct beat {
@@ -112,6 +115,15 @@ static strata_status_t nap_beating(st_ep_t *ep, st_watch_t *w, uint64_t ns, cons
     return STRATA_OK;
 }
 
+/* Ranks the census has not yet seen alive. */
+static int count_silent(const bool *alive, int n)
+{
+    int silent = 0;
+    for (int r = 0; r < n; r++)
+        silent += !alive[r];
+    return silent;
+}
+
 /* Picks the culprit among the suspects: the end of a waiting chain (its own heartbeat, if any,
  * waits on no other suspect) that most ranks wait on; ties go to the lowest rank. -1 if none. */
 static int pick_culprit(const beat_t *b, const bool *suspect, int n, int me, int awaited)
@@ -154,10 +166,27 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     long long saved = st_store_timeout(store);
     st_store_set_timeout(store, (long long)(2 * w->period_ns / 1000000u));
     rc = read_beats(ep, before);
-    if (rc == STRATA_OK)
+    for (int r = 0; r < n; r++)
+        alive[r] = r == me;
+    // A rank is alive once its beat advances between two reads. A live rank that did not run for
+    // the whole window (descheduled, swapped out, a stalled host) looks like the stopped one, and
+    // the tie between them could blame it: so while more than one rank is silent, look again, up
+    // to EXTRA_LOOKS more windows. A stopped rank stays silent; a starved one speaks up. An extra
+    // look that finds no one new (several ranks stopped, a host cut off) ends the census.
+    int silent_then = n + 1; // silent ranks before the previous look
+    for (int look = 0; rc == STRATA_OK && look <= EXTRA_LOOKS; look++) {
+        int silent = count_silent(alive, n);
+        if ((look > 0 && silent < 2) || (look > 1 && silent == silent_then))
+            break;
+        silent_then = silent;
+        if (look > 0)
+            memcpy(before, after, (size_t)n * sizeof *before);
         rc = nap_beating(ep, w, w->period_ns * 2, what, awaited);
-    if (rc == STRATA_OK && !st_ep_error(ep))
-        rc = read_beats(ep, after);
+        if (rc == STRATA_OK && !st_ep_error(ep))
+            rc = read_beats(ep, after);
+        for (int r = 0; rc == STRATA_OK && r < n; r++)
+            alive[r] |= after[r].n >= 0 && after[r].n != before[r].n;
+    }
     st_store_set_timeout(store, saved);
     if (st_ep_error(ep) < 0) {
         rc = st_ep_error(ep);
@@ -179,10 +208,8 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     if (rc < 0)
         ST_LOG_WARN(ST_SUB_COMM, "census failed: %s", strata_last_error());
     else {
-        for (int r = 0; r < n; r++) {
-            alive[r] = r == me || (after[r].n >= 0 && after[r].n != before[r].n);
+        for (int r = 0; r < n; r++)
             suspect[r] = !alive[r];
-        }
         culprit = pick_culprit(after, suspect, n, me, awaited);
     }
     if (culprit >= 0) {

@@ -9,7 +9,9 @@
  *
  * When a wait reaches its deadline the rank takes a census: it reads every rank's heartbeat, waits
  * two periods (beating itself), and reads them again. Ranks whose beat advanced are alive and
- * waiting; the others are suspects (stopped, stuck outside the library, or dead). The culprit is the
+ * waiting; while more than one has not, it looks again (up to two more windows), so that a live
+ * rank that merely did not run for a while is not taken for the stopped one. The ranks still silent
+ * are suspects (stopped, stuck outside the library, or dead). The culprit is the
  * suspect at the end of the waiting chain (it waits on no other suspect), the one most ranks wait
  * on. It is reported to the store (st_store_report), whose first notice every rank then returns:
  * "rank 3 (host h pid p, rack1/h) failed: stopped responding during allreduce #12; ranks 0-2,4-7

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,9 +181,9 @@ static int absent_peer(int rank, int n, void *arg)
 }
 
 /* A survivor's verdict on the stopped rank `victim` (at `path` on the fabric when `placed`): 0 when
- * it names the victim as stopped within twice the timeout, else 1 (printed). */
-static int check_stopped_verdict(strata_status_t rc, double waited, int victim, const char *path,
-                                 bool placed)
+ * it names the victim as stopped within twice the timeout (plus `extra_s`), else 1 (printed). */
+static int check_stopped_verdict(strata_status_t rc, double waited, double extra_s, int victim,
+                                 const char *path, bool placed)
 {
     if ((rc != STRATA_ERR_TIMEOUT && rc != STRATA_ERR_PEER_FAILED) ||
         blamed_rank(strata_last_error()) != victim ||
@@ -194,9 +195,35 @@ static int check_stopped_verdict(strata_status_t rc, double waited, int victim, 
                    !strstr(strata_last_error(), "completed")))
         return ST_RANK_FAIL("the verdict lacks the victim's place %s or its progress: %s", path,
                             strata_last_error());
-    if (waited > 2 * 2.0 + 1.5)
+    if (waited > 2 * 2.0 + 1.5 + extra_s)
         return ST_RANK_FAIL("took %.1f s to name the stopped rank (timeout 2 s)", waited);
     return 0;
+}
+
+static void nap_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Makes this rank go silent as a starved or stalled host would: a child stops it 0.5 s after the
+ * victim (whose pid appears in *victim_pid) stopped, for STALL_S, across the other survivors'
+ * first census window (2 to 3 s after the victim stopped); then it runs on. */
+#define STALL_S 3.0
+static void stall_later(const int *victim_pid)
+{
+    pid_t me = getpid();
+    if (fork() != 0)
+        return;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlive the rank
+    while (!__atomic_load_n(victim_pid, __ATOMIC_ACQUIRE))
+        nap_s(0.001);
+    nap_s(0.5);
+    kill(me, SIGSTOP);
+    nap_s(STALL_S);
+    kill(me, SIGCONT);
+    _exit(0);
 }
 
 /* A rank is stopped (SIGSTOP) in the middle of a run of allreduces: every other rank fails within
@@ -205,7 +232,8 @@ static int check_stopped_verdict(strata_status_t rc, double waited, int victim, 
  * has its verdict, right or wrong (arg[2] counts them). When the victim is rank 0 serving the
  * store, the store stops with it and must be recognised as rank 0. With arg[3] set, every rank has
  * a place on the fabric (rack<r/2>/node<r>), which the message must name along with how far the
- * victim got. */
+ * victim got. With arg[4] = s + 1, survivor s also falls silent for a while (stall_later) through
+ * the others' census: it is still the victim they must name. */
 static int stopped_rank(int rank, int n, void *arg)
 {
     int *pid = arg;
@@ -218,18 +246,25 @@ static int stopped_rank(int rank, int n, void *arg)
         setenv("STRATA_TOPO_PATH", mine, 1);
     }
     strata_comm_t *c = st_test_comm();
+    const bool stall = pid[4] > 0;
+    if (rank == pid[4] - 1)
+        stall_later(&pid[0]);
     float buf[1024] = {0};
     strata_status_t rc = STRATA_OK;
     double t0 = now_s();
     for (int i = 0; i < 1000000 && rc == STRATA_OK; i++) {
         if (rank == victim && i == 20) {
             __atomic_store_n(&pid[0], (int)getpid(), __ATOMIC_RELEASE);
-            raise(SIGSTOP);
+            // Stopped for good: a SIGCONT the kernel sends a process group that became orphaned
+            // while one of its members was stopped (an exit up the tree) must not wake it.
+            for (;;)
+                raise(SIGSTOP);
         }
         t0 = now_s();
         rc = strata_allreduce(c, buf, buf, 1024, STRATA_DTYPE_F32, STRATA_OP_SUM);
     }
-    int bad = check_stopped_verdict(rc, now_s() - t0, victim, path, pid[3] != 0);
+    int bad = check_stopped_verdict(rc, now_s() - t0, stall ? STALL_S : 0, victim, path,
+                                    pid[3] != 0);
     // End the victim only when every survivor has its verdict: its death would be news too.
     __atomic_add_fetch(&pid[2], 1, __ATOMIC_ACQ_REL);
     if (rank == (victim == 0 ? 1 : 0)) {
@@ -238,7 +273,9 @@ static int stopped_rank(int rank, int n, void *arg)
                 return ST_RANK_FAIL("the other survivors never reached a verdict");
             else
                 usleep(1000);
-        kill(pid[0], SIGKILL);
+        int victim_pid = __atomic_load_n(&pid[0], __ATOMIC_ACQUIRE);
+        if (victim_pid > 0) // 0 (the victim never got to stop) would kill the whole group
+            kill(victim_pid, SIGKILL);
     }
     strata_comm_destroy(c);
     return bad;
@@ -463,6 +500,20 @@ static void test_stopped(void **state)
         }
 }
 
+/* A survivor stalls through the others' census (5 ranks, victim 2, stalled 0, whom the others'
+ * allreduce waits on): they must still name the victim, not the rank that merely did not run.
+ * Before the census looked again while two ranks were silent, they named rank 0. */
+static void test_stopped_and_stalled(void **state)
+{
+    (void)state;
+    int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(pid != MAP_FAILED);
+    pid[1] = 2;
+    pid[4] = 0 + 1;
+    run_arg(stopped_rank, pid, 5, "STRATA_COMM_TIMEOUT_MS=2000", pid[1]);
+    munmap(pid, 4096);
+}
+
 /* The same over the UCX transport (`mr_failure ucx`, registered when strata is built with UCX): a
  * killed rank, a stopped one, an absent one, and the echo of a failure, over UCX's tcp (which reports
  * a dead peer itself) and its shared memory (which does not: the peer's process is watched). */
@@ -592,7 +643,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_killed_shm),   cmocka_unit_test(test_killed_tcp),
         cmocka_unit_test(test_killed_direct), cmocka_unit_test(test_echo_not_cause),
         cmocka_unit_test(test_abort),        cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_stopped),      cmocka_unit_test(test_stopped_store_host),      cmocka_unit_test(test_killed_store_host),
+        cmocka_unit_test(test_stopped),      cmocka_unit_test(test_stopped_and_stalled),
+        cmocka_unit_test(test_stopped_store_host), cmocka_unit_test(test_killed_store_host),
         cmocka_unit_test(test_garbage_store), cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
