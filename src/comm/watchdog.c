@@ -171,14 +171,10 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     // A rank is alive once its beat advances between two reads. A live rank that did not run for
     // the whole window (descheduled, swapped out, a stalled host) looks like the stopped one, and
     // the tie between them could blame it: so while more than one rank is silent, look again, up
-    // to EXTRA_LOOKS more windows. A stopped rank stays silent; a starved one speaks up. An extra
-    // look that finds no one new (several ranks stopped, a host cut off) ends the census.
-    int silent_then = n + 1; // silent ranks before the previous look
+    // to EXTRA_LOOKS more windows. A stopped rank stays silent; a starved one speaks up.
     for (int look = 0; rc == STRATA_OK && look <= EXTRA_LOOKS; look++) {
-        int silent = count_silent(alive, n);
-        if ((look > 0 && silent < 2) || (look > 1 && silent == silent_then))
+        if (look > 0 && count_silent(alive, n) < 2)
             break;
-        silent_then = silent;
         if (look > 0)
             memcpy(before, after, (size_t)n * sizeof *before);
         rc = nap_beating(ep, w, w->period_ns * 2, what, awaited);

@@ -11,9 +11,9 @@
  * two periods (beating itself), and reads them again. Ranks whose beat advanced are alive and
  * waiting; while more than one has not, it looks again (up to two more windows), so that a live
  * rank that merely did not run for a while is not taken for the stopped one. The ranks still silent
- * are suspects (stopped, stuck outside the library, or dead). The culprit is the
- * suspect at the end of the waiting chain (it waits on no other suspect), the one most ranks wait
- * on. It is reported to the store (st_store_report), whose first notice every rank then returns:
+ * are suspects (stopped, stuck outside the library, or dead). The culprit is the suspect at the end
+ * of the waiting chain (it waits on no other suspect), the one most ranks wait on. It is reported
+ * to the store (st_store_report), whose first notice every rank then returns:
  * "rank 3 (host h pid p, rack1/h) failed: stopped responding during allreduce #12; ranks 0-2,4-7
  * were waiting for it; its last heartbeat, 0.4 s before: idle; allreduce #11 completed (11
  * operations in all) (seen by rank 5)".
