@@ -587,17 +587,29 @@ static void test_stopped_store_host(void **state)
     }
 }
 
-/* A port nobody listens on now, for a store that rank 0 hosts. */
+/* A port nobody holds now, for a store that rank 0 hosts. Rank 0 binds it a moment later, so it is
+ * drawn from 20000-28999: below the kernel's ephemeral range (32768-60999 by default), where the
+ * listeners and connections of the tests running beside this one (bind to port 0, connect) take
+ * their ports, and away from the 29xxx ports other tests name. A port from bind(0) could be taken
+ * by one of them in between. */
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    socklen_t len = sizeof sa;
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 1000; tries++) {
+        int port = 20000 + (int)(rand_r(&seed) % 9000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        bool bound = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (bound)
+            return port;
+    }
+    fail_msg("no free port in 20000-28999 after 1000 tries");
+    return -1;
 }
 
 static void test_killed_store_host(void **state)
