@@ -173,10 +173,13 @@ strata_status_t st_watch_verdict(st_ep_t *ep, st_watch_t *w, const char *what, i
     // the tie between them could blame it: so while more than one rank is silent, look again, up
     // to EXTRA_LOOKS more windows. A stopped rank stays silent; a starved one speaks up.
     for (int look = 0; rc == STRATA_OK && look <= EXTRA_LOOKS; look++) {
-        if (look > 0 && count_silent(alive, n) < 2)
-            break;
-        if (look > 0)
-            memcpy(before, after, (size_t)n * sizeof *before);
+        if (look > 0) {
+            if (count_silent(alive, n) < 2)
+                break;
+            beat_t *last = after; // this look starts from the previous one's reading
+            after = before;
+            before = last;
+        }
         rc = nap_beating(ep, w, w->period_ns * 2, what, awaited);
         if (rc == STRATA_OK && !st_ep_error(ep))
             rc = read_beats(ep, after);

@@ -200,17 +200,10 @@ static int check_stopped_verdict(strata_status_t rc, double waited, double extra
     return 0;
 }
 
-static void nap_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* Makes this rank go silent as a starved or stalled host would: a child stops it 0.5 s after the
  * victim (whose pid appears in *victim_pid) stopped, for STALL_S, across the other survivors'
  * first census window (2 to 3 s after the victim stopped); then it runs on. */
-#define STALL_S 3.0
+#define STALL_S 3
 static void stall_later(const int *victim_pid)
 {
     pid_t me = getpid();
@@ -218,10 +211,10 @@ static void stall_later(const int *victim_pid)
         return;
     prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlive the rank
     while (!__atomic_load_n(victim_pid, __ATOMIC_ACQUIRE))
-        nap_s(0.001);
-    nap_s(0.5);
+        usleep(1000);
+    usleep(500 * 1000);
     kill(me, SIGSTOP);
-    nap_s(STALL_S);
+    sleep(STALL_S);
     kill(me, SIGCONT);
     _exit(0);
 }
@@ -509,7 +502,7 @@ static void test_stopped_and_stalled(void **state)
     int *pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(pid != MAP_FAILED);
     pid[1] = 2;
-    pid[4] = 0 + 1;
+    pid[4] = 1; // rank 0 stalls (arg[4] = rank + 1)
     run_arg(stopped_rank, pid, 5, "STRATA_COMM_TIMEOUT_MS=2000", pid[1]);
     munmap(pid, 4096);
 }
